@@ -1,0 +1,53 @@
+# Two commands: `make demo` (the main job) and `make test` (the suite). Both set everything up on a
+# fresh Linux machine (venv, Python deps, system packages when root) and cost < 5 s once it is there.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.claw-installed
+SYSTEM_TOOLS := bwrap:bubblewrap chromium:chromium Xvfb:xvfb xdotool:xdotool scrot:scrot
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test lint format bench setup system-packages clean
+
+demo: setup
+	$(VENV)/bin/claw-envs demo
+
+test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: setup
+	$(PY) bench/envs.py
+
+setup: system-packages $(STAMP)
+
+$(PY):
+	python3 -m venv $(VENV)
+
+# torch first and pinned: an unpinned torch (or one pulled in by trl) is a multi-GB CUDA build.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[train,gui,swe,docker,ray,dev]"
+	touch $(STAMP)
+
+system-packages:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "warning: missing system packages:$$missing (run as root or apt-get install them); some tests will skip" >&2; \
+	  fi; \
+	fi
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,76 @@
+"""The one interface every sandbox backend implements: run commands, read and write files."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Self
+
+
+class SandboxError(Exception):
+    """The sandbox itself failed or cannot start (an infrastructure failure, not the agent's)."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did. ``truncated`` means stdout or stderr were cut to the output cap."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration: float = 0.0
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+class Sandbox:
+    """A throw-away place where agent actions run. Use as a context manager or call ``close()``.
+
+    ``workspace`` is the working directory as seen from inside the sandbox.
+    """
+
+    workspace: str
+
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: str | bytes | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (a shell string or an argv list); never raises for what the command does."""
+        raise NotImplementedError
+
+    async def arun(
+        self,
+        cmd: str | Sequence[str],
+        timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: str | bytes | None = None,
+    ) -> ExecResult:
+        """``run`` without blocking the event loop."""
+        return await asyncio.to_thread(self.run, cmd, timeout, env, cwd, stdin)
+
+    def read_file(self, path: str) -> bytes:
+        """Bytes of ``path`` (relative paths are inside the workspace)."""
+        raise NotImplementedError
+
+    def write_file(self, path: str, data: str | bytes) -> None:
+        """Create or replace ``path`` (relative paths are inside the workspace)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Remove the sandbox and everything in it; safe to call twice."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,30 @@
+"""Console entry points. Each command lives in its own module and is imported only when run,
+so ``claw-envs list`` starts without loading torch or trl."""
+
+from __future__ import annotations
+
+import importlib
+
+
+def _run(module: str) -> None:
+    importlib.import_module(module).app()
+
+
+def train() -> None:
+    """``claw-train``: learn online from next-state signals."""
+    _run("claw_train.commands.train")
+
+
+def evaluate() -> None:
+    """``claw-eval``: score a policy on held-out tasks."""
+    _run("claw_train.commands.evaluate")
+
+
+def serve() -> None:
+    """``claw-serve``: an OpenAI-compatible server that learns from live conversations."""
+    _run("claw_train.commands.serve")
+
+
+def envs() -> None:
+    """``claw-envs``: list, try and judge environments."""
+    _run("claw_train.commands.envs")

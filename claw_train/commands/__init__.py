@@ -1,0 +1,1 @@
+"""One module per console command; each exposes a Typer ``app``."""

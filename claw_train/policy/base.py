@@ -1,0 +1,57 @@
+"""One async interface in front of every policy backend (inprocess, sglang, openai)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = Mapping[str, Any]
+
+
+class PolicyError(Exception):
+    """The policy backend failed (server down, bad model path, malformed reply) — said clearly."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature`` must equal the trainer's (TRL divides training logits by it)."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Token-in, token-out: exactly what the policy generated, with its log-probs and version."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" | "length" | "error"
+    policy_version: int
+    prompt_ids: list[int] = field(default_factory=list)
+
+
+class Policy:
+    """A policy backend. ``generate`` takes chat messages or exact prompt token ids."""
+
+    version: int = 0
+
+    async def generate(self, prompt: Sequence[Message] | Sequence[int], sampling: SamplingParams) -> Completion:
+        raise NotImplementedError
+
+    async def logprobs(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Per-token log-probs of ``completion_ids`` after ``prompt_ids`` (a prefill; OPD's teacher)."""
+        raise NotImplementedError
+
+    def publish(self, weights: Any, version: int) -> None:
+        """Swap in new weights (a state dict or a path) between generations; old ones keep serving on failure."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take weight updates")
+
+    async def aclose(self) -> None:
+        """Stop workers and connections."""

@@ -1,0 +1,21 @@
+"""Shared test setup: offline, no hub, data from ../shared/data only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def gsm8k_test_path() -> Path:
+    path = SHARED_DATA / "gsm8k" / "test.jsonl"
+    if not path.exists():
+        pytest.skip(f"{path} not present (CI lays ../shared beside the clone)")
+    return path
