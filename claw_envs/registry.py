@@ -35,6 +35,12 @@ def register(env_id: str, entry_point: str | type[ClawEnv], **kwargs: Any) -> No
     _FAMILIES[env_id] = target
 
 
+def unregister(env_id: str) -> None:
+    """Remove ``env_id`` from Gymnasium and from ``claw-envs list`` (tests, notebooks)."""
+    _FAMILIES.pop(env_id, None)
+    gym.registry.pop(env_id, None)
+
+
 def env_ids() -> list[str]:
     """Every registered claw env id, sorted."""
     return sorted(_FAMILIES)
