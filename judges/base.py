@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Vote:
-    """One judge sample: the parsed score (``None`` when invalid), its raw text, its hint if any."""
+    """One judge sample: the parsed score (``None`` when invalid), its raw text, its hint if any.
+
+    ``error`` is set when the backend gave no answer (timeout, HTTP error, circuit open, prompt error).
+    """
 
     score: int | None
     text: str
     hint: str | None = None
     latency: float = 0.0
     error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view for logs."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class HintResult:
+    """What :class:`judges.HintJudge` returns: the chosen hint (or ``None``) and every vote."""
+
+    hint: str | None
+    votes: list[Vote] = field(default_factory=list)
+    latency: float = 0.0
+    available: bool = True
 
 
 @dataclass(frozen=True)
@@ -23,6 +42,7 @@ class Judgement:
     ``score`` is the majority vote in {-1, 0, 1} (0 on a tie or no valid vote); ``hint`` is the
     accepted OPD hint or ``None``; ``available`` is ``False`` when the backend could not answer
     (down, circuit open), in which case trainers mask the step instead of learning a 0.
+    ``hint_available`` says the same of the hint votes (``None`` hint for lack of an answer).
     """
 
     score: float
@@ -31,3 +51,8 @@ class Judgement:
     hint_votes: list[Vote] = field(default_factory=list)
     latency: float = 0.0
     available: bool = True
+    hint_available: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view for logs."""
+        return dataclasses.asdict(self)

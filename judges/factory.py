@@ -1,0 +1,67 @@
+"""Build a :class:`StepJudge` from a command-line spec: ``rules``, ``policy`` or ``openai://HOST:PORT[/v1]``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from judges.backends.base import JudgeBackend
+from judges.hint import HintJudge
+from judges.metrics import JudgeMetrics
+from judges.prm import PRMJudge
+from judges.prompts import templates_for
+from judges.step import StepJudge
+
+MODEL_ENV = "CLAW_JUDGE_MODEL"
+KEY_ENVS = ("CLAW_JUDGE_API_KEY", "OPENAI_API_KEY")
+
+
+def make_backend(
+    spec: str,
+    *,
+    policy: Any = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    metrics: JudgeMetrics | None = None,
+) -> JudgeBackend:
+    """The backend a spec names. OpenAI endpoints take the model from ``model``, ``$CLAW_JUDGE_MODEL`` or
+    ``"default"``, and the key from ``api_key``, ``$CLAW_JUDGE_API_KEY`` or ``$OPENAI_API_KEY``."""
+    spec = spec.strip()
+    if spec == "rules":
+        from judges.backends.rules import RulesBackend
+
+        return RulesBackend(metrics)
+    if spec == "policy":
+        if policy is None:
+            raise ValueError("the 'policy' judge needs the policy object (pass policy=...)")
+        from judges.backends.policy import PolicyBackend
+
+        return PolicyBackend(policy, metrics=metrics)
+    if spec.startswith(("openai://", "http://", "https://")):
+        from judges.backends.openai import OpenAIBackend
+
+        model = model or os.environ.get(MODEL_ENV) or "default"
+        api_key = api_key or next((os.environ[k] for k in KEY_ENVS if os.environ.get(k)), None)
+        return OpenAIBackend(spec, model=model, api_key=api_key, metrics=metrics)
+    raise ValueError(f"unknown judge {spec!r}: use 'rules', 'policy' or 'openai://HOST:PORT[/v1]'")
+
+
+def make_judge(
+    spec: str,
+    *,
+    family: str,
+    votes: int = 3,
+    policy: Any = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    hints: bool = True,
+) -> StepJudge:
+    """A step judge for env ``family`` with the family's PRM and hint templates and one shared backend.
+
+    ``hints=False`` leaves out the hint judge (Binary RL needs only the score).
+    """
+    backend = make_backend(spec, policy=policy, model=model, api_key=api_key)
+    prm_template, hint_template = templates_for(family)
+    prm = PRMJudge(backend, prm_template, votes=votes)
+    hint = HintJudge(backend, hint_template, votes=votes) if hints else None
+    return StepJudge(prm, hint)
