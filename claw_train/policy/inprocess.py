@@ -1,0 +1,546 @@
+"""``inprocess``: transformers generation on a serving copy of the weights in a background worker.
+
+One worker thread owns the serving model. Requests queue up; the worker takes up to ``max_batch`` of
+them at a time and runs one left-padded batch with a hand-written sampling loop that records, for
+every sampled token, its log-prob under the temperature-scaled distribution (what TRL computes when
+its ``temperature`` equals the sampler's). ``publish`` loads new weights into a standby copy in the
+caller's thread; the worker swaps standby and serving copies *between* batches, so no request fails
+or waits for training, and every completion carries the version that produced all of its tokens.
+A weight file that cannot be read, or that does not match the model, raises ``PolicyError`` to the
+publisher only; the old weights keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import inspect
+import json
+import os
+import queue
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from claw_train.policy.base import Completion, Message, Policy, PolicyError, SamplingParams
+
+
+@dataclass
+class _Generate:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+@dataclass
+class _Prefill:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    temperature: float
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+_STOP = object()
+_WAKE = object()
+
+
+class InProcessPolicy(Policy):
+    """Serve a local causal LM (a directory or a cached hub id) from a background worker thread.
+
+    ``generate`` and ``logprobs`` are coroutines that any event loop, in any thread, may await.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        device: str = "cpu",
+        max_batch: int = 8,
+        dtype: Any = None,
+        version: int = 0,
+    ):
+        import torch
+
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.model_path = str(model_path)
+        self.device = torch.device(device)
+        self.dtype = dtype or torch.float32
+        self.max_batch = max_batch
+        self.tokenizer = load_tokenizer(self.model_path)
+        self._active = load_causal_lm(self.model_path, device=self.device, dtype=self.dtype)
+        self._standby: Any = None
+        self._serving_version = version
+        self._staged_version: int | None = None
+        self._published_version = version
+        self._stage_lock = threading.Lock()
+        self._requests: queue.Queue = queue.Queue()
+        self._rng = torch.Generator(device="cpu")
+        self._rng.seed()
+        self.eos_ids = _eos_ids(self._active, self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.vocab_size = int(self._active.get_input_embeddings().weight.shape[0])
+        self.max_positions = int(getattr(self._active.config, "max_position_embeddings", 1 << 30))
+        forward_params = inspect.signature(self._active.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_params else "past_key_values"
+        self._closed = False
+        self._worker = threading.Thread(target=self._serve, name="claw-inprocess-policy", daemon=True)
+        self._worker.start()
+
+    # -- the Policy interface ---------------------------------------------------------------
+
+    @property
+    def version(self) -> int:  # type: ignore[override]
+        """The version now serving (a published one becomes serving at the next batch boundary)."""
+        return self._serving_version
+
+    @property
+    def published_version(self) -> int:
+        """The newest version handed to :meth:`publish` (serving, or staged for the next batch)."""
+        return self._published_version
+
+    async def generate(
+        self,
+        prompt: Sequence[Message] | Sequence[int],
+        sampling: SamplingParams,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        """Complete chat ``messages`` (rendered with the generation prompt) or exact prompt token ids."""
+        ids = self.prompt_ids(prompt, tools=tools)
+        _check_sampling(sampling)
+        self._check_ids(ids, "prompt")
+        if len(ids) >= self.max_positions:
+            raise PolicyError(f"prompt has {len(ids)} tokens; the model's context is {self.max_positions}")
+        return await self._submit(_Generate(ids, sampling))
+
+    async def logprobs(
+        self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0
+    ) -> list[float]:
+        """Per-token log-probs of ``completion_ids`` after ``prompt_ids`` under the serving weights (a prefill)."""
+        prompt, completion = [int(t) for t in prompt_ids], [int(t) for t in completion_ids]
+        if not prompt:
+            raise PolicyError("logprobs needs at least one prompt token")
+        self._check_ids(prompt + completion, "prefill")
+        if temperature <= 0:
+            raise PolicyError(f"temperature must be > 0 for log-probs, got {temperature}")
+        if not completion:
+            return []
+        return await self._submit(_Prefill(prompt, completion, float(temperature)))
+
+    def publish(self, weights: Any, version: int) -> None:
+        """Stage ``weights`` (a state dict, a model directory or a weight file) as ``version``.
+
+        Loads and checks them in the caller's thread, then the worker swaps them in before its next
+        batch. On any failure raises :class:`PolicyError` and the serving weights stay as they are.
+        """
+        if self._closed:
+            raise PolicyError("policy is closed")
+        if version < self._published_version:
+            raise PolicyError(f"version {version} is older than the published version {self._published_version}")
+        state = read_weights(weights)
+        with self._stage_lock:
+            if self._standby is None:
+                self._standby = copy.deepcopy(self._active)
+            _load_into(self._standby, state)
+            self._staged_version = version
+            self._published_version = version
+        self._requests.put(_WAKE)
+
+    async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def close(self) -> None:
+        """Stop the worker; queued requests fail with ``PolicyError``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._requests.put(_STOP)
+        self._worker.join(timeout=60)
+
+    # -- helpers callers use ----------------------------------------------------------------
+
+    def prompt_ids(
+        self, prompt: Sequence[Message] | Sequence[int], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[int]:
+        """Token ids for ``prompt``: exact ids as given, or chat messages rendered with the generation prompt."""
+        return render_prompt(self.tokenizer, prompt, tools=tools)
+
+    # -- worker -----------------------------------------------------------------------------
+
+    async def _submit(self, request: _Generate | _Prefill) -> Any:
+        if self._closed or not self._worker.is_alive():
+            raise PolicyError("policy is closed")
+        self._requests.put(request)
+        return await asyncio.wrap_future(request.future)
+
+    def _check_ids(self, ids: Sequence[int], what: str) -> None:
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise PolicyError(f"{what} token ids outside the vocabulary (0..{self.vocab_size - 1}): {bad[:5]}")
+
+    def _serve(self) -> None:
+        import torch
+
+        stop = False
+        while not stop:
+            item = self._requests.get()
+            batch = []
+            while True:
+                if item is _STOP:
+                    stop = True
+                elif item is not _WAKE and item.future.set_running_or_notify_cancel():
+                    batch.append(item)
+                if stop or len(batch) >= self.max_batch:
+                    break
+                try:
+                    item = self._requests.get_nowait()
+                except queue.Empty:
+                    break
+            self._swap_if_staged()
+            if not batch:
+                continue
+            try:
+                with torch.inference_mode():
+                    self._run(batch)
+            except Exception as err:  # one bad batch must not kill serving
+                for req in batch:
+                    if not req.future.done():
+                        req.future.set_exception(PolicyError(f"generation failed: {type(err).__name__}: {err}"))
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        while True:
+            try:
+                item = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            if item not in (_STOP, _WAKE) and item.future.set_running_or_notify_cancel():
+                item.future.set_exception(PolicyError("policy is closed"))
+
+    def _swap_if_staged(self) -> None:
+        if self._staged_version is None or not self._stage_lock.acquire(blocking=False):
+            return
+        try:
+            if self._staged_version is not None:
+                self._active, self._standby = self._standby, self._active
+                self._serving_version = self._staged_version
+                self._staged_version = None
+        finally:
+            self._stage_lock.release()
+
+    def _run(self, batch: list[_Generate | _Prefill]) -> None:
+        version = self._serving_version
+        prefills = [r for r in batch if isinstance(r, _Prefill)]
+        gens = [r for r in batch if isinstance(r, _Generate)]
+        if prefills:
+            for req, lps in zip(prefills, self._prefill(prefills), strict=True):
+                req.future.set_result(lps)
+        if gens:
+            for req, comp in zip(gens, self._generate(gens, version), strict=True):
+                req.future.set_result(comp)
+
+    def _forward(self, seqs: list[list[int]], keep: int) -> tuple[Any, Any]:
+        """Left-padded forward pass over ``seqs``; returns logits of the last ``keep`` positions and the cache."""
+        import torch
+
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self._active(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=keep
+        )
+        return out.logits.float(), (_cache_of(out), mask, positions[:, -1])
+
+    def _prefill(self, reqs: list[_Prefill]) -> list[list[float]]:
+        import torch
+
+        keep = max(len(r.completion_ids) for r in reqs) + 1
+        logits, _ = self._forward([r.prompt_ids + r.completion_ids for r in reqs], keep)
+        results = []
+        for row, r in enumerate(reqs):
+            n = len(r.completion_ids)
+            # logits at position t predict token t+1: the n completion tokens are predicted by the n positions
+            # before the last one (sequences are right-aligned by left padding).
+            scores = logits[row, keep - 1 - n : keep - 1] / r.temperature
+            target = torch.tensor(r.completion_ids, device=scores.device)
+            lps = torch.log_softmax(scores, dim=-1).gather(-1, target[:, None]).squeeze(-1)
+            results.append(lps.tolist())
+        return results
+
+    def _generate(self, reqs: list[_Generate], version: int) -> list[Completion]:
+        import torch
+
+        n = len(reqs)
+        budgets = [min(r.sampling.max_new_tokens, self.max_positions - len(r.prompt_ids)) for r in reqs]
+        gens = [_row_generator(r.sampling.seed, self._rng) for r in reqs]
+        out_ids: list[list[int]] = [[] for _ in reqs]
+        out_lps: list[list[float]] = [[] for _ in reqs]
+        finish = ["length"] * n
+        done = [b <= 0 for b in budgets]
+        logits, (cache, mask, last_pos) = self._forward([r.prompt_ids for r in reqs], keep=1)
+        logits = logits[:, -1]
+        eos = set(self.eos_ids)
+        for _ in range(max(budgets, default=0)):
+            next_ids = []
+            for i, r in enumerate(reqs):
+                if done[i]:
+                    next_ids.append(self.pad_id)
+                    continue
+                tok, lp = _sample(logits[i], r.sampling, gens[i])
+                out_ids[i].append(tok)
+                out_lps[i].append(lp)
+                if tok in eos:
+                    finish[i], done[i] = "stop", True
+                elif r.sampling.stop and self._hits_stop(out_ids[i], r.sampling.stop):
+                    finish[i], done[i] = "stop", True
+                elif len(out_ids[i]) >= budgets[i]:
+                    done[i] = True
+                next_ids.append(tok)
+            if all(done):
+                break
+            step = torch.tensor(next_ids, dtype=torch.long, device=self.device)[:, None]
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+            last_pos = last_pos + 1
+            out = self._active(
+                input_ids=step,
+                attention_mask=mask,
+                position_ids=last_pos[:, None],
+                use_cache=True,
+                **{self._cache_arg: cache},
+            )
+            cache, logits = _cache_of(out), out.logits[:, -1].float()
+        return [
+            Completion(
+                text=self._text(ids),
+                token_ids=ids,
+                logprobs=lps,
+                finish_reason=finish[i],
+                policy_version=version,
+                prompt_ids=list(reqs[i].prompt_ids),
+            )
+            for i, (ids, lps) in enumerate(zip(out_ids, out_lps, strict=True))
+        ]
+
+    def _text(self, ids: list[int]) -> str:
+        body = ids[:-1] if ids and ids[-1] in self.eos_ids else ids
+        return self.tokenizer.decode(body, skip_special_tokens=False)
+
+    def _hits_stop(self, ids: list[int], stops: Sequence[str]) -> bool:
+        tail = self.tokenizer.decode(ids[-64:], skip_special_tokens=False)
+        return any(s and s in tail for s in stops)
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+
+def _row_generator(seed: int | None, shared: Any) -> Any:
+    import torch
+
+    if seed is None:
+        return shared
+    g = torch.Generator(device="cpu")
+    g.manual_seed(int(seed))
+    return g
+
+
+def _sample(logits: Any, sampling: SamplingParams, generator: Any) -> tuple[int, float]:
+    """One token from ``logits`` (1-D) and its log-prob under the temperature-scaled, unfiltered distribution."""
+    import torch
+
+    if sampling.temperature <= 0:
+        tok = int(torch.argmax(logits))
+        return tok, float(torch.log_softmax(logits, dim=-1)[tok])
+    scaled = logits / sampling.temperature
+    logp = torch.log_softmax(scaled, dim=-1)
+    filtered = scaled.clone()
+    if 0 < sampling.top_k < filtered.numel():
+        kth = torch.topk(filtered, sampling.top_k).values[-1]
+        filtered[filtered < kth] = float("-inf")
+    if sampling.top_p < 1.0:
+        order = torch.argsort(filtered, descending=True)
+        probs = torch.softmax(filtered[order], dim=-1)
+        cum = torch.cumsum(probs, dim=-1)
+        drop = cum - probs >= sampling.top_p  # keep the smallest prefix whose mass reaches top_p
+        filtered[order[drop]] = float("-inf")
+    probs = torch.softmax(filtered, dim=-1).cpu()
+    tok = int(torch.multinomial(probs, 1, generator=generator))
+    return tok, float(logp[tok])
+
+
+def _check_sampling(s: SamplingParams) -> None:
+    if s.max_new_tokens < 0:
+        raise PolicyError(f"max_new_tokens must be >= 0, got {s.max_new_tokens}")
+    if s.temperature < 0:
+        raise PolicyError(f"temperature must be >= 0, got {s.temperature}")
+    if not 0 < s.top_p <= 1:
+        raise PolicyError(f"top_p must be in (0, 1], got {s.top_p}")
+    if s.top_k < 0:
+        raise PolicyError(f"top_k must be >= 0 (0 = off), got {s.top_k}")
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def render_prompt(
+    tokenizer: Any, prompt: Sequence[Message] | Sequence[int], *, tools: Sequence[Mapping[str, Any]] | None = None
+) -> list[int]:
+    """Exact ids as given, or chat messages rendered by the tokenizer's template with the generation prompt."""
+    items = list(prompt)
+    if not items:
+        raise PolicyError("empty prompt")
+    if all(isinstance(t, int) for t in items):
+        return [int(t) for t in items]
+    if not all(isinstance(m, Mapping) and "role" in m for m in items):
+        raise PolicyError("prompt must be a list of token ids or a list of chat messages with a 'role'")
+    try:
+        text = tokenizer.apply_chat_template(
+            [dict(m) for m in items], tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False
+        )
+    except Exception as err:
+        raise PolicyError(f"chat template failed on these messages: {err}") from err
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _local_path(model_path: str) -> Path | None:
+    """The local path ``model_path`` names, or None when it reads as a hub id (``org/name``)."""
+    path = Path(model_path).expanduser()
+    if path.exists():
+        return path
+    if model_path.startswith((".", "/", "~")) or model_path.count("/") != 1:
+        raise PolicyError(f"model path {model_path!r} does not exist (a hub id reads 'org/name')")
+    return None
+
+
+def _check_causal_lm(model_path: str) -> None:
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    path = _local_path(model_path)
+    if path is not None:
+        if not path.is_dir():
+            raise PolicyError(f"model path {model_path!r} is a file; give the model's directory")
+        if not (path / "config.json").is_file():
+            raise PolicyError(f"{model_path!r} is not a Hugging Face model directory (no config.json)")
+        try:
+            json.loads((path / "config.json").read_text())
+        except ValueError as err:
+            raise PolicyError(f"{model_path!r}: config.json is not valid JSON ({err})") from err
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except Exception as err:
+        raise PolicyError(f"cannot read the model config of {model_path!r}: {err}") from err
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise PolicyError(f"{model_path!r} is a {config.model_type!r} model, not a causal language model")
+
+
+def load_causal_lm(model_path: str, *, device: Any = "cpu", dtype: Any = None) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` with clear ``PolicyError`` messages; eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    _check_causal_lm(model_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    except Exception as err:
+        raise PolicyError(f"cannot load the causal LM at {model_path!r}: {type(err).__name__}: {err}") from err
+    return model.to(device).eval()
+
+
+def load_tokenizer(model_path: str) -> Any:
+    """``AutoTokenizer.from_pretrained`` with a clear ``PolicyError``; the tokenizer must have a chat template."""
+    from transformers import AutoTokenizer
+
+    _check_causal_lm(model_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(model_path)
+    except Exception as err:
+        raise PolicyError(f"cannot load the tokenizer of {model_path!r}: {type(err).__name__}: {err}") from err
+    if not getattr(tok, "chat_template", None):
+        raise PolicyError(f"the tokenizer of {model_path!r} has no chat template")
+    return tok
+
+
+def _cache_of(out: Any) -> Any:
+    """The KV cache of a model output (``cache`` in newer transformers, ``past_key_values`` before)."""
+    return out.cache if "cache" in out else out.past_key_values
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if not ids:
+        raise PolicyError("the model has no end-of-sequence token")
+    return ids
+
+
+def read_weights(weights: Any) -> dict[str, Any]:
+    """A state dict from a mapping of tensors, a model directory, or a ``.safetensors`` / ``.bin`` / ``.pt`` file."""
+    import torch
+
+    if isinstance(weights, Mapping):
+        state = dict(weights)
+    elif isinstance(weights, str | os.PathLike):
+        state = _read_weight_path(Path(weights))
+    else:
+        raise PolicyError(f"weights must be a state dict or a path, not {type(weights).__name__}")
+    if not state:
+        raise PolicyError("weights are empty")
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise PolicyError(f"weight {name!r} is a {type(tensor).__name__}, not a tensor")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise PolicyError(f"weight {name!r} has NaN or infinite values")
+    return state
+
+
+def _read_weight_path(path: Path) -> dict[str, Any]:
+    import torch
+    from safetensors.torch import load_file
+
+    if not path.exists():
+        raise PolicyError(f"weight path {str(path)!r} does not exist")
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) or sorted(path.glob("pytorch_model*.bin"))
+    if not files:
+        raise PolicyError(f"no *.safetensors or pytorch_model*.bin weights in {str(path)!r}")
+    state: dict[str, Any] = {}
+    for f in files:
+        try:
+            if f.suffix == ".safetensors":
+                state.update(load_file(str(f)))
+            else:
+                state.update(torch.load(f, map_location="cpu", weights_only=True))
+        except Exception as err:
+            raise PolicyError(f"cannot read weights from {str(f)!r} (truncated or corrupt?): {err}") from err
+    return state
+
+
+def _load_into(model: Any, state: Mapping[str, Any]) -> None:
+    """Copy ``state`` into ``model`` after checking names and shapes; tied weights may be left out."""
+    current = model.state_dict()
+    unknown = sorted(set(state) - set(current))
+    if unknown:
+        raise PolicyError(f"weights have {len(unknown)} names the model does not: {unknown[:5]}")
+    storage: dict[int, set[str]] = {}
+    for name, tensor in current.items():
+        storage.setdefault(tensor.data_ptr(), set()).add(name)
+    missing = sorted(n for n in current if n not in state and not (storage[current[n].data_ptr()] & set(state)))
+    if missing:
+        raise PolicyError(f"weights lack {len(missing)} of the model's tensors: {missing[:5]}")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(current[name].shape):
+            raise PolicyError(f"weight {name!r} has shape {tuple(tensor.shape)}, the model {tuple(current[name].shape)}")
+    import torch
+
+    with torch.no_grad():
+        for name, tensor in state.items():
+            current[name].copy_(tensor)

@@ -1,0 +1,465 @@
+"""The offline ``tiny`` model: a byte-level BPE tokenizer and a small Qwen3 model, built on this machine.
+
+Nothing is downloaded. :func:`build_tiny` trains a tokenizer with the ``tokenizers`` library on text
+this module generates (plus the built-in families' demonstrations), sets a Qwen3-style chat template
+with tool calling (the Qwen3-Instruct-2507 template TRL ships), initialises a small ``Qwen3Config``
+model and saves both in Hugging Face format, so ``AutoModelForCausalLM.from_pretrained(path)`` loads
+it exactly like ``Qwen/Qwen3-4B``. :func:`bootstrap` then trains it briefly (supervised, completion
+tokens only) on one family's demonstrations so it speaks the action format, varies its style and
+follows hints in its context.
+
+Both are cached under ``~/.cache/claw/tiny/<content hash>`` (``CLAW_TINY_CACHE`` moves the root): the
+hash covers the tokenizer corpus, the model config, the chat template, the demonstration data, the
+training settings and this file's source, so a build is redone exactly when one of them changes. A
+file lock keeps two processes from building the same thing at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+"""Control tokens (skipped by ``decode(..., skip_special_tokens=True)``)."""
+
+MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+"""Single tokens that stay in decoded text, as in Qwen3's vocabulary."""
+
+EOS_TOKEN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+CHAT_TEMPLATE_FILE = "qwen3_instruct_2507.jinja"
+
+# Qwen-style pre-tokenisation: contractions, letter runs, single digits, punctuation runs, whitespace.
+PRETOKENIZE_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+DEFAULT_CACHE_ROOT = Path("~/.cache/claw/tiny")
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """The tokenizer and model shape of ``tiny`` (about 1M parameters with tied embeddings)."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    max_position_embeddings: int = 4096
+    init_seed: int = 0
+
+
+@dataclass(frozen=True)
+class BootstrapSettings:
+    """Supervised bootstrap on demonstrations: AdamW over completion tokens only."""
+
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 3e-3
+    warmup: int = 20
+    weight_decay: float = 0.01
+    max_length: int = 768
+    demonstrations: int = 2048
+    seed: int = 0
+
+
+FAMILY_ENV_IDS = {"echo": "claw/Echo-v0", "conversation": "claw/Conversation-v0", "toolcall": "claw/ToolCall-v0"}
+"""Built-in families whose demonstrations also feed the tokenizer corpus (when registered)."""
+
+
+# -- public API ------------------------------------------------------------------------------
+
+
+def build_tiny(cache_dir: str | os.PathLike[str] | None = None, *, spec: TinySpec = TinySpec()) -> Path:
+    """Build (or find in the cache) the untrained tiny model and tokenizer; returns its directory.
+
+    The directory holds ``config.json``, ``model.safetensors``, ``generation_config.json`` and the
+    tokenizer files; load it with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    root = _cache_root(cache_dir)
+    corpus = tokenizer_corpus()
+    template = chat_template()
+    key = _digest({"kind": "base", "spec": asdict(spec), "corpus": _digest(corpus), "template": template, "src": _source()})
+    return _cached(root, f"base-{key}", lambda out: _build_base(out, corpus, template, spec))
+
+
+def bootstrap(
+    family: str,
+    *,
+    steps: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    settings: BootstrapSettings = BootstrapSettings(),
+    spec: TinySpec = TinySpec(),
+) -> Path:
+    """The tiny model after a short supervised bootstrap on ``family``'s demonstrations; returns its directory.
+
+    ``family`` is a family name (``conversation``) or an env id (``claw/Conversation-v0``); ``steps``
+    overrides ``settings.steps`` (tests use a few). Cached like :func:`build_tiny`.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if steps is not None:
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        settings = BootstrapSettings(**{**asdict(settings), "steps": steps})
+    base = build_tiny(cache_dir, spec=spec)
+    env_id = _resolve_family(family)
+    examples = demonstrations(env_id, settings.demonstrations, settings.seed)
+    key = _digest(
+        {"kind": "bootstrap", "base": base.name, "env": env_id, "data": _digest(examples), "settings": asdict(settings)}
+    )
+    name = f"{env_id.split('/')[-1].split('-')[0].lower()}-{key}"
+    return _cached(
+        _cache_root(cache_dir), name, lambda out: _train(base, out, examples, settings, env_id, progress=progress)
+    )
+
+
+def demonstrations(env_id: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` demonstrations from ``env_id`` (``messages``, ``completion`` and any extra fields), made JSON-safe."""
+    import gymnasium as gym
+
+    import claw_envs  # noqa: F401  (registers the claw/ ids)
+
+    env = gym.make(env_id)
+    try:
+        rows = env.unwrapped.demonstrations(n, seed)
+    finally:
+        env.close()
+    if not rows:
+        raise ValueError(f"{env_id} returned no demonstrations")
+    for i, row in enumerate(rows):
+        if not isinstance(row.get("messages"), list) or not isinstance(row.get("completion"), str):
+            raise ValueError(f"{env_id} demonstration {i} needs 'messages' (list) and 'completion' (str)")
+    return json.loads(json.dumps(rows, default=str))
+
+
+def chat_template() -> str:
+    """The Qwen3-style chat template with tool calling (Qwen3-Instruct-2507's, as shipped inside TRL)."""
+    from importlib.resources import files
+
+    return (files("trl") / "chat_templates" / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+
+
+def tokenizer_corpus() -> list[str]:
+    """The text the tokenizer is trained on: generated prose, markdown, code, tool calls, chat renders
+    and the registered built-in families' demonstrations. Deterministic."""
+    rng = random.Random(1234)
+    texts = [_sentence(rng) for _ in range(3000)]
+    texts += [_markdown(rng) for _ in range(300)]
+    texts += [_code(rng) for _ in range(300)]
+    texts += [_tool_call(rng) for _ in range(300)]
+    texts += ["".join(chr(rng.randrange(32, 0x250)) for _ in range(40)) for _ in range(50)]
+    texts += [" ".join(rng.choice(_UNICODE_WORDS) for _ in range(8)) for _ in range(100)]
+    import claw_envs
+
+    for env_id in FAMILY_ENV_IDS.values():
+        if env_id not in claw_envs.env_ids():
+            continue
+        try:
+            rows = demonstrations(env_id, 300, seed=0)
+        except NotImplementedError:
+            continue
+        for row in rows:
+            texts.extend(str(m.get("content", "")) for m in row["messages"])
+            texts.append(row["completion"])
+    return texts
+
+
+# -- building --------------------------------------------------------------------------------
+
+
+def _build_base(out: Path, corpus: list[str], template: str, spec: TinySpec) -> None:
+    import torch
+    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    tok = _train_tokenizer(corpus, spec.vocab_size)
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=list(SPECIAL_TOKENS[1:2]),
+        model_max_length=spec.max_position_embeddings,
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
+    )
+    hf_tok.chat_template = template
+    hf_tok.save_pretrained(out)
+
+    eos_id, pad_id = tok.token_to_id(EOS_TOKEN), tok.token_to_id(PAD_TOKEN)
+    config = Qwen3Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    torch.manual_seed(spec.init_seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, do_sample=True)
+    model.save_pretrained(out)
+
+
+def _train_tokenizer(corpus: list[str], vocab_size: int) -> Any:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[*SPECIAL_TOKENS, *MARKUP_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
+    return tok
+
+
+def _train(
+    base: Path, out: Path, examples: list[dict[str, Any]], s: BootstrapSettings, env_id: str, *, progress: bool
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    rows = [_encode_example(tokenizer, ex, s.max_length) for ex in examples]
+    rows = [r for r in rows if r is not None]
+    if not rows:
+        raise ValueError(f"no {env_id} demonstration fits in {s.max_length} tokens")
+    torch.manual_seed(s.seed)
+    rng = random.Random(s.seed)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    rest = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": s.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=s.lr,
+        betas=(0.9, 0.98),
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: _lr_factor(i, s.warmup, s.steps))
+    pad_id = tokenizer.pad_token_id
+    started = time.monotonic()
+    losses: list[float] = []
+    with _progress(progress, f"bootstrapping tiny on {env_id}", s.steps) as advance:
+        for step, batch in zip(range(s.steps), _batches(rows, s.batch_size, rng), strict=False):
+            ids, labels, mask = _collate(batch, pad_id)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(float(loss))
+            advance(f"loss {sum(losses[-20:]) / len(losses[-20:]):.3f}  step {step + 1}")
+    model.eval()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    report = {
+        "env_id": env_id,
+        "settings": asdict(s),
+        "examples": len(rows),
+        "seconds": round(time.monotonic() - started, 1),
+        "final_loss": round(sum(losses[-20:]) / max(1, len(losses[-20:])), 4),
+    }
+    (out / "bootstrap.json").write_text(json.dumps(report, indent=2))
+
+
+def _encode_example(tokenizer: Any, ex: dict[str, Any], max_length: int) -> tuple[list[int], int] | None:
+    """Prompt (chat template with generation prompt) + completion + end of turn; returns (ids, prompt length)."""
+    prompt = tokenizer.apply_chat_template(
+        ex["messages"], tools=ex.get("tools"), add_generation_prompt=True, tokenize=False
+    )
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    completion_ids = [*tokenizer.encode(ex["completion"], add_special_tokens=False), tokenizer.eos_token_id]
+    if len(completion_ids) >= max_length:
+        return None
+    keep = max_length - len(completion_ids)
+    prompt_ids = prompt_ids[-keep:]
+    return prompt_ids + completion_ids, len(prompt_ids)
+
+
+def _batches(rows: list[tuple[list[int], int]], size: int, rng: random.Random) -> Iterator[list[tuple[list[int], int]]]:
+    """Endless shuffled batches of similar length (less padding)."""
+    while True:
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        chunks = [order[i : i + size * 8] for i in range(0, len(order), size * 8)]
+        batches = []
+        for chunk in chunks:
+            chunk.sort(key=lambda i: len(rows[i][0]))
+            batches += [[rows[i] for i in chunk[j : j + size]] for j in range(0, len(chunk), size)]
+        rng.shuffle(batches)
+        yield from batches
+
+
+def _collate(batch: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (seq, prompt_len) in enumerate(batch):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, prompt_len : len(seq)] = torch.tensor(seq[prompt_len:])
+        mask[row, : len(seq)] = 1
+    return ids, labels, mask
+
+
+def _lr_factor(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+# -- cache -----------------------------------------------------------------------------------
+
+
+MARKER = "claw_tiny.json"
+
+
+def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
+    root = Path(cache_dir or os.environ.get("CLAW_TINY_CACHE") or DEFAULT_CACHE_ROOT).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _cached(root: Path, name: str, build: Any) -> Path:
+    """Return ``root/name`` if complete; else build it under a file lock into a temp dir and rename."""
+    final = root / name
+    if (final / MARKER).exists():
+        return final
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / MARKER).exists():
+            return final
+        tmp = root / f"{name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            build(tmp)
+            (tmp / MARKER).write_text(json.dumps({"name": name, "built_at": time.time()}))
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _digest(obj: Any) -> str:
+    data = obj.encode() if isinstance(obj, str) else json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _source() -> str:
+    return _digest(Path(__file__).read_text(encoding="utf-8"))
+
+
+def _resolve_family(family: str) -> str:
+    import claw_envs
+
+    if family in FAMILY_ENV_IDS and FAMILY_ENV_IDS[family] in claw_envs.env_ids():
+        return FAMILY_ENV_IDS[family]
+    try:
+        return claw_envs.resolve_id(family)
+    except KeyError as err:
+        raise ValueError(f"unknown family {family!r}; registered envs: {', '.join(claw_envs.env_ids())}") from err
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, title: str, total: int) -> Iterator[Any]:
+    if not enabled:
+        yield lambda _text: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[note]}")
+    ) as bar:
+        task = bar.add_task(title, total=total, note="")
+        yield lambda text: bar.update(task, advance=1, note=text)
+
+
+# -- generated corpus ------------------------------------------------------------------------
+
+_WORDS = (
+    "the a an and or but if then so because when while after before with without for to of in on at by from "
+    "is are was were be been has have had do does did can could will would should may might must not no yes "
+    "I you he she it we they me him her us them my your his its our their this that these those there here "
+    "what which who how why where time day week year today tomorrow morning evening apple apples orange "
+    "bananas cookies books pencils marbles stickers cards coins dollars cents bus train car bike miles hours "
+    "minutes students teacher class school homework problem answer question solution step steps total each "
+    "every more less than twice half third quarter left remaining altogether together gives buys sells shares "
+    "splits earns spends saves has gets eats makes reads runs walks bakes packs boxes bags baskets rows "
+    "garden tree trees flowers cups bottles friends family mom dad sister brother Sam Mia Leo Ava Ben Zoe "
+    "number numbers plus minus times divided equals sum difference product quotient price cost pay change "
+    "great good nice thanks thank please sorry okay sure right wrong correct mistake check again really "
+    "think know see look like want need help explain show write tell say ask try find work working nicely "
+    "file code test tests run output error result value list string function return print import python "
+    "first second third next last final finally also just only very quite pretty really simple easy hard"
+).split()
+_UNICODE_WORDS = ("café", "naïve", "über", "résumé", "中文", "日本語", "😀", "🎉", "👍", "✨", "Ω", "π≈3.14", "€5", "→")
+
+
+def _sentence(rng: random.Random) -> str:
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(4, 18))]
+    text = " ".join(words)
+    text = text[0].upper() + text[1:]
+    if rng.random() < 0.5:
+        text += f" {rng.randint(0, 999)} {rng.choice(['+', '-', '*', '/', '='])} {rng.randint(0, 99)}"
+    return text + rng.choice([".", "!", "?", ".", "\n"])
+
+
+def _markdown(rng: random.Random) -> str:
+    lines = [f"## {_sentence(rng).rstrip('.!?')}"]
+    for k in range(1, rng.randint(2, 5)):
+        lines.append(f"**Step {k}:** {_sentence(rng)}")
+    lines.append(f"- {_sentence(rng)}\n- {_sentence(rng)}")
+    lines.append(f"**Answer:** {rng.randint(0, 500)}")
+    return "\n".join(lines)
+
+
+def _code(rng: random.Random) -> str:
+    a, b = rng.randint(0, 99), rng.randint(1, 99)
+    name = rng.choice(["total", "count", "x", "result", "value", "n"])
+    return (
+        f"def solve({name}):\n    for i in range({a}):\n        {name} += i * {b}\n    return {name}\n\n"
+        f"print(solve({b}))\nimport math\nprint(math.sqrt({a}) + {b} // 3, [{a}, {b}], {{'k': {a}}})\n"
+    )
+
+
+def _tool_call(rng: random.Random) -> str:
+    code = f"print({rng.randint(0, 999)} * {rng.randint(0, 999)} + {rng.randint(0, 99)})"
+    call = json.dumps({"name": "python", "arguments": {"code": code}})
+    return f"<tool_call>\n{call}\n</tool_call>\n<tool_response>\n{rng.randint(0, 99999)}\n</tool_response>"
