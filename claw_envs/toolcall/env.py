@@ -1,0 +1,330 @@
+"""``claw/ToolCall-v0``: solve a math problem with a sandboxed Python tool, then give a boxed answer.
+
+Each turn the model either calls tools (one or more ``<tool_call>`` blocks, or an OpenAI ``tool_calls``
+message), or answers with ``\\boxed{...}`` and no tool call (a turn with both runs the calls and ignores
+the box, since the model has not seen their results yet). The episode ends at the answer or after
+``max_turns`` (16) turns.
+
+Step signals (``info["next_state"]``):
+
+* Tool turn: the next state is the tools' output (``role="tool"``). ``evaluative`` is the lowest score
+  over the turn's calls: **-1** for a call that could not be read (bad JSON, unclosed tag, unknown tool,
+  wrong argument types) or whose program raised, timed out or was killed; **0** for one that ran but
+  printed nothing or so much that it was cut; **+1** when it ran and printed a result. ``directive`` is the
+  parse error or the traceback tail.
+* Answer turn: graded by :mod:`.grading` (math-verify with a time limit, normalised-string fallback).
+  ``outcome`` is +1 (right) or -1 (wrong); ``evaluative`` is +1 if right, 0 if wrong (the -1 lives in the
+  outcome). ``reward`` is the outcome plus ``tool_use_bonus`` when at least one tool call in the episode
+  ran without error (shaping, 0 by default).
+* A turn with neither: a next state asking for a tool call or a boxed answer, ``evaluative`` 0.
+* Turn limit: ``outcome`` and ``reward`` -1.
+
+``info["messages"]`` is OpenAI-format: the assistant turn holds ``content`` (its text outside the
+answerable calls) and ``tool_calls`` (arguments as a JSON string); each call is answered by a ``tool``
+message with its ``tool_call_id``; calls too broken to have an id are answered in one ``user`` message.
+Code runs in a fresh sandbox per episode (``claw_envs.sandbox``); a sandbox failure is an
+infrastructure failure (``info["status"] == "sandbox_failure"``), never the agent's fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from claw_envs.core import ClawEnv, Evaluative, InfraFailure, Message, NextState, Opening, StepStatus, Transition
+from claw_envs.sandbox.base import Sandbox, SandboxError
+from claw_envs.tasks import Task, TaskSource
+from claw_envs.toolcall.datasets import builtin_tasks, load_dataset, make_arithmetic
+from claw_envs.toolcall.grading import MathVerifier, grade_answer
+from claw_envs.toolcall.parse import ParsedTurn, ToolCall, ToolCallError, last_boxed, parse_action
+from claw_envs.toolcall.tools import TOOLS, ToolOutput, run_python
+
+SYSTEM_PROMPT = """\
+You are solving a math problem and may run Python to do the computing.
+
+To run a program, write a tool call:
+<tool_call>{{"name": "python", "arguments": {{"code": "print(2**64 - 1)"}}}}</tool_call>
+The call must be valid JSON (write newlines inside the code as \\n). Each call runs in a new Python 3 \
+process with no network and a {timeout:g}-second limit, and you see only what it prints. You may make \
+several calls in a turn and use up to {turns} turns.
+
+When you are sure of the result, reply without any tool call and put the final answer in \\boxed{{}}, \
+for example \\boxed{{42}}.
+
+Available tools (JSON schema):
+{tools}"""
+
+NUDGE = (
+    "I found no tool call and no final answer. Either run Python with "
+    '<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call> '
+    "or give your final answer as \\boxed{...}."
+)
+
+SCHEMAS = {name: tool.parameters for name, tool in TOOLS.items()}
+
+
+class ToolCallEnv(ClawEnv):
+    """Math with a sandboxed Python tool; see the module docstring for the signals.
+
+    ``dataset`` names the tasks (``aime2024``, ``gsm8k``, ``dapo-math``, ``builtin``, or a JSONL/parquet
+    path, see :mod:`.datasets`); by default the built-in procedural set. ``sandbox``/``sandbox_options``
+    go to ``claw_envs.sandbox.make_sandbox``; ``tool_timeout`` limits each call, ``max_output_chars`` what
+    the model sees of its output.
+    """
+
+    family = "toolcall"
+    default_max_turns = 16
+
+    def __init__(
+        self,
+        tasks: TaskSource | None = None,
+        *,
+        split: str = "train",
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+        dataset: str | None = None,
+        sandbox: str = "local",
+        sandbox_options: Mapping[str, Any] | None = None,
+        tool_timeout: float = 10.0,
+        max_output_chars: int = 2000,
+        tool_use_bonus: float = 0.0,
+        verifier: MathVerifier | None = None,
+    ):
+        if tasks is None and dataset is not None:
+            tasks = load_dataset(dataset, split=split)
+        super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
+        self.sandbox_kind = sandbox
+        self.sandbox_options = {"network": False, **(sandbox_options or {})}
+        self.tool_timeout = tool_timeout
+        self.max_output_chars = max_output_chars
+        self.tool_use_bonus = tool_use_bonus
+        self.verifier = verifier
+        self._sandbox: Sandbox | None = None
+        self._clean_calls = 0
+
+    @classmethod
+    def default_tasks(cls, split: str = "train") -> TaskSource:
+        return builtin_tasks(split)
+
+    # -- episode -----------------------------------------------------------------------------
+
+    def opening_messages(self, task: Task) -> list[Message]:
+        """The system prompt (tool instructions and schemas) and the problem."""
+        tools = json.dumps([t.spec() for t in TOOLS.values()], indent=1)
+        system = SYSTEM_PROMPT.format(timeout=self.tool_timeout, turns=self.max_turns, tools=tools)
+        return [{"role": "system", "content": system}, {"role": "user", "content": str(task.data["question"])}]
+
+    async def _begin(self, task: Task) -> Opening:
+        self._close_sandbox()
+        self._clean_calls = 0
+        messages = self.opening_messages(task)
+        tools = [t.spec() for t in TOOLS.values()]
+        return Opening(observation=messages[-1]["content"], messages=messages, info={"tools": tools})
+
+    async def _act(self, action: str) -> Transition:
+        parsed = parse_action(action, SCHEMAS, id_prefix=f"call_{self.step_index}_")
+        answer = None if parsed.has_tool_calls else last_boxed(parsed.text)
+        if parsed.has_tool_calls:
+            tr = await self._tool_turn(action, parsed)
+        elif answer:
+            tr = await self._answer_turn(action, answer)
+        else:
+            ns = NextState(
+                text=NUDGE,
+                role="environment",
+                evaluative=Evaluative(0.0, ("no_action",)),
+                directive="Call the python tool in a <tool_call> block, or give the final answer in \\boxed{}.",
+                judge_inputs=self._judge_inputs(action, NUDGE),
+            )
+            tr = Transition(observation=NUDGE, next_state=ns)
+        if tr.terminated or self.step_index >= self.max_turns:
+            self._close_sandbox()
+            if not tr.terminated:  # the base class truncates here and records outcome -1
+                tr.reward = -1.0
+        return tr
+
+    async def _tool_turn(self, action: str, parsed: ParsedTurn) -> Transition:
+        results: list[tuple[ToolCall | ToolCallError, ToolOutput]] = []
+        for item in parsed.items:
+            if isinstance(item, ToolCall):
+                out = await self._run_call(item)
+                self._clean_calls += out.score > -1
+            else:
+                out = ToolOutput(
+                    f"Error: {item.message}", -1.0, (f"tool_error={item.kind}",), f"Fix the tool call: {item.message}"
+                )
+            results.append((item, out))
+        if len(results) == 1:
+            text = results[0][1].text
+        else:
+            text = "\n\n".join(f"[call {i + 1}: {_label(item)}]\n{out.text}" for i, (item, out) in enumerate(results))
+        tags = [f"calls={len(results)}"]
+        for _, out in results:
+            tags += [t for t in out.tags if t not in tags]
+        directives = [d for _, out in results if (d := out.directive)]
+        answered = [(item, out) for item, out in results if _call_id(item) is not None]
+        ns = NextState(
+            text=text,
+            role="tool" if answered else "environment",
+            evaluative=Evaluative(min(out.score for _, out in results), tuple(tags)),
+            directive="\n".join(directives) or None,
+            judge_inputs=self._judge_inputs(action, text),
+        )
+        return Transition(observation=text, next_state=ns, messages=self._tool_messages(action, parsed, results))
+
+    async def _answer_turn(self, action: str, answer: str) -> Transition:
+        grade = await asyncio.to_thread(grade_answer, answer, str(self.task.data["answer"]), self.verifier)
+        tags = (f"answer={'right' if grade.correct else 'wrong'}", f"graded_by={grade.method}")
+        if grade.correct:
+            text, directive = f"The final answer {answer} is correct.", None
+        else:
+            text = f"The final answer {answer} is wrong."
+            directive = "The boxed answer is not right: check each step with the python tool before answering."
+        ns = NextState(
+            text=text,
+            role="environment",
+            evaluative=Evaluative(1.0 if grade.correct else 0.0, tags),
+            directive=directive,
+            outcome=grade.outcome,
+            judge_inputs=self._judge_inputs(action, text),
+        )
+        reward = grade.outcome + (self.tool_use_bonus if self._clean_calls else 0.0)
+        return Transition(observation=text, next_state=ns, reward=reward, terminated=True)
+
+    def _final_outcome(self) -> float | None:
+        return -1.0
+
+    # -- the tool ----------------------------------------------------------------------------
+
+    async def _run_call(self, call: ToolCall) -> ToolOutput:
+        sandbox = await self._ensure_sandbox()
+        try:
+            return await asyncio.wait_for(
+                run_python(sandbox, call.arguments["code"], timeout=self.tool_timeout, max_chars=self.max_output_chars),
+                timeout=self.tool_timeout + 30.0,
+            )
+        except SandboxError as err:
+            self._close_sandbox()
+            raise InfraFailure(f"python tool: the sandbox failed: {err}", StepStatus.SANDBOX_FAILURE) from err
+        except TimeoutError as err:
+            self._close_sandbox()
+            raise InfraFailure("python tool: the sandbox did not return", StepStatus.SANDBOX_FAILURE) from err
+
+    async def _ensure_sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            from claw_envs.sandbox import make_sandbox
+
+            try:
+                self._sandbox = await asyncio.to_thread(make_sandbox, self.sandbox_kind, **self.sandbox_options)
+            except (SandboxError, OSError) as err:
+                raise InfraFailure(f"cannot start the sandbox: {err}", StepStatus.SANDBOX_FAILURE) from err
+        return self._sandbox
+
+    def _close_sandbox(self) -> None:
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            sandbox.close()
+
+    async def aclose(self) -> None:
+        self._close_sandbox()
+
+    # -- messages and judge inputs ----------------------------------------------------------
+
+    def _tool_messages(
+        self, action: str, parsed: ParsedTurn, results: list[tuple[ToolCall | ToolCallError, ToolOutput]]
+    ) -> list[Message]:
+        """Rewrite the assistant turn in OpenAI form and answer each call (see the module docstring)."""
+        entries = [e for item, _ in results if (e := item.to_openai()) is not None]
+        if entries:
+            spans = [item.span for item, _ in results if item.span is not None and _call_id(item) is not None]
+            content = _cut(action, spans).strip() if parsed.format == "hermes" else parsed.text
+            # The base class appended the raw assistant text just before _act; store it in OpenAI form.
+            self.messages[-1] = {"role": "assistant", "content": content, "tool_calls": entries}
+        messages: list[Message] = [
+            {"role": "tool", "tool_call_id": cid, "name": _label(item), "content": out.text}
+            for item, out in results
+            if (cid := _call_id(item)) is not None
+        ]
+        unreadable = [out.text for item, out in results if _call_id(item) is None]
+        if unreadable:
+            messages.append({"role": "user", "content": "\n".join(unreadable)})
+        return messages
+
+    def _judge_inputs(self, action: str, result: str) -> dict[str, Any]:
+        earlier = [m for m in self.messages[:-1] if m["role"] != "system"][1:]
+        history = "\n".join(f"{m['role']}: {_clip(str(m.get('content') or m.get('tool_calls')), 300)}" for m in earlier)
+        return {
+            "task": str(self.task.data["question"]) if self.task else "",
+            "history": history[-3000:],
+            "action": action,
+            "result": result,
+        }
+
+    # -- scripted agents and bootstrapping ---------------------------------------------------
+
+    def reference_action(self) -> str | None:
+        """Run the task's program if it has one and the tool has not run cleanly yet; else box the answer."""
+        if self.task is None:
+            return None
+        code = self.task.data.get("code")
+        if code and not self._clean_calls:
+            return tool_call_text(code)
+        answer = self.task.data["answer"]
+        return f"The computation gives {answer}, so the answer is \\boxed{{{answer}}}."
+
+    def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
+        """Tool-call turns and final-answer turns (alternating) on built-in training problems.
+
+        The tool's reply in an answer turn's history is what the task's program prints (its answer), so no
+        sandbox is needed.
+        """
+        rng = np.random.default_rng(seed)
+        seeds = builtin_tasks("train").seeds
+        demos = []
+        for i in range(n):
+            data = make_arithmetic(int(seeds[int(rng.integers(len(seeds)))]))
+            messages = self.opening_messages(Task("demo", "train", data))
+            call = tool_call_text(data["code"])
+            if i % 2 == 0:
+                demos.append({"messages": messages, "completion": call})
+                continue
+            entry = ToolCall("call_1_0", "python", {"code": data["code"]}).to_openai()
+            messages += [
+                {"role": "assistant", "content": "", "tool_calls": [entry]},
+                {"role": "tool", "tool_call_id": "call_1_0", "name": "python", "content": data["answer"]},
+            ]
+            final = f"The program printed {data['answer']}, so the answer is \\boxed{{{data['answer']}}}."
+            demos.append({"messages": messages, "completion": final})
+        return demos
+
+
+def tool_call_text(code: str) -> str:
+    """A Hermes-format call of the python tool on ``code``."""
+    return f"<tool_call>{json.dumps({'name': 'python', 'arguments': {'code': code}})}</tool_call>"
+
+
+def _call_id(item: ToolCall | ToolCallError) -> str | None:
+    if isinstance(item, ToolCall):
+        return item.id
+    return item.call_id if item.answerable else None
+
+
+def _label(item: ToolCall | ToolCallError) -> str:
+    return item.name or "unreadable call"
+
+
+def _cut(text: str, spans: list[tuple[int, int]]) -> str:
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        out.append(text[pos:start])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
