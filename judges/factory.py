@@ -37,7 +37,7 @@ def make_backend(
         from judges.backends.policy import PolicyBackend
 
         return PolicyBackend(policy, metrics=metrics)
-    if spec.startswith(("openai://", "http://", "https://")):
+    if spec.startswith(("openai://", "openai+https://", "http://", "https://")):
         from judges.backends.openai import OpenAIBackend
 
         model = model or os.environ.get(MODEL_ENV) or "default"

@@ -219,9 +219,7 @@ def render(
             keep = "tail" if f == "history" else "both"
             context[f] = clip(_as_text(value), max_field_chars, keep=keep)
     try:
-        system, user = (
-            "".join(template.blocks[b](template.new_context(context))).strip() for b in ("system", "user")
-        )
+        system, user = ("".join(template.blocks[b](template.new_context(context))).strip() for b in ("system", "user"))
     except jinja2.UndefinedError as err:
         raise PromptError(f"template {spec.name!r} uses a field its header does not declare: {err}") from None
     user_content: str | list[dict[str, Any]] = user

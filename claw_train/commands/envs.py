@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -61,3 +61,98 @@ def demo(
                     break
         finally:
             env_obj.close()
+
+
+@app.command()
+def judge(
+    env: Annotated[str, typer.Option(help="Env id or short name, e.g. echo or claw/Echo-v0.")],
+    backend: Annotated[str, typer.Option(help="rules | policy | openai://HOST:PORT[/v1]")] = "rules",
+    votes: Annotated[int, typer.Option(min=1, help="Judge samples per step (m).")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed for the task draw.")] = 0,
+    judge_model: Annotated[
+        str | None, typer.Option(help="Model name at an openai:// judge (default: $CLAW_JUDGE_MODEL or 'default').")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Policy model for --backend policy (tiny, HF id or path).")] = "tiny",
+    policy: Annotated[str, typer.Option(help="Policy backend for --backend policy.")] = "inprocess",
+    show_prompt: Annotated[bool, typer.Option(help="Print the rendered PRM prompt of each step.")] = False,
+) -> None:
+    """Run one scripted episode (a junk action, then the reference action) and print each step's judge votes,
+    score and hint — for tuning judge prompts."""
+    import asyncio
+
+    import gymnasium as gym
+    from rich.markup import escape
+
+    import claw_envs
+    import judges
+
+    try:
+        env_id = claw_envs.resolve_id(env)
+    except KeyError as err:
+        raise typer.BadParameter(str(err.args[0]), param_hint="--env") from None
+    family = claw_envs.env_class(env_id).family
+    policy_obj = None
+    if backend == "policy":
+        from claw_train.policy import PolicyError
+        from claw_train.policy.loader import load_policy
+
+        try:
+            policy_obj = load_policy(model, policy, family=family)
+        except PolicyError as err:
+            raise typer.BadParameter(str(err), param_hint="--model/--policy") from None
+    try:
+        step_judge = judges.make_judge(backend, family=family, votes=votes, policy=policy_obj, model=judge_model)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--backend") from None
+    env_obj = gym.make(env_id).unwrapped
+
+    async def episode() -> None:
+        try:
+            obs, info = await env_obj.areset(seed=seed)
+            prm_name, hint_name = judges.templates_for(env_obj.family)
+            console.rule(f"[bold]{env_id}[/bold]  task {info['task_id']}  judge {backend} × {votes}")
+            console.print(f"templates: {prm_name}, {hint_name}\n[cyan]observation:[/cyan] {escape(str(obs)[:300])}")
+            for action in ("???", env_obj.reference_action()):
+                if action is None:
+                    continue
+                _, _, terminated, truncated, info = await env_obj.astep(action)
+                ns = info["next_state"]
+                console.print(f"\n[magenta]step {ns.step_index} action:[/magenta] {escape(repr(action[:200]))}")
+                console.print(f"[cyan]next state ({ns.role}):[/cyan] {escape(repr(ns.text[:300]))}")
+                if show_prompt:
+                    try:
+                        for message in judges.render(prm_name, ns, action, history=info["messages"]):
+                            console.print(f"[dim]--- {message['role']} ---[/dim]")
+                            console.print(message["content"], markup=False)
+                    except judges.PromptError as err:
+                        console.print(f"[red]prompt error:[/red] {escape(str(err))}")
+                verdict = await step_judge.judge(action, ns, info["messages"])
+                _print_judgement(verdict)
+                if terminated or truncated:
+                    break
+            counters = {k: v for k, v in step_judge.metrics_dict().items() if v}
+            console.print(f"\n[dim]judge counters: {counters}[/dim]")
+        finally:
+            await step_judge.aclose()
+            await env_obj.aclose()
+            if policy_obj is not None:
+                await policy_obj.aclose()
+
+    asyncio.run(episode())
+
+
+def _print_judgement(verdict: Any) -> None:
+    """A table of every PRM and hint vote, then the step's score and hint."""
+    from rich.markup import escape
+
+    table = Table("kind", "#", "score", "s", "answer (tail) or error")
+    for kind, votes in (("prm", verdict.votes), ("hint", verdict.hint_votes)):
+        for i, vote in enumerate(votes):
+            score = "—" if vote.score is None else f"{vote.score:+d}"
+            answer = f"[red]{escape(vote.error)}[/red]" if vote.error else escape(repr(vote.text[-160:]))
+            if kind == "hint":
+                answer += "  [green]accepted[/green]" if vote.hint else "  [yellow]rejected[/yellow]"
+            table.add_row(kind, str(i), score, f"{vote.latency:.2f}", answer)
+    console.print(table)
+    state = "" if verdict.available else "  [red](judge unavailable: mask this step)[/red]"
+    console.print(f"[bold]score {verdict.score:+.0f}[/bold]{state}   [bold]hint:[/bold] {escape(repr(verdict.hint))}")

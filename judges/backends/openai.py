@@ -16,10 +16,12 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 def normalize_base_url(spec: str) -> str:
-    """``openai://HOST:PORT[/v1]`` → ``http://HOST:PORT/v1``; ``http(s)://…`` keeps its scheme; ``/v1`` is added if absent."""
+    """``openai://HOST:PORT[/v1]`` → ``http://HOST:PORT/v1`` (``openai+https://`` → ``https://``);
+    ``http(s)://…`` keeps its scheme; ``/v1`` is added if absent."""
     url = spec.strip()
-    if url.startswith("openai://"):
-        url = "http://" + url.removeprefix("openai://")
+    for prefix, scheme in (("openai://", "http://"), ("openai+https://", "https://")):
+        if url.startswith(prefix):
+            url = scheme + url.removeprefix(prefix)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"judge endpoint {spec!r} is not openai://HOST:PORT[/v1] or http(s)://HOST[:PORT]/v1")

@@ -19,8 +19,9 @@ MAX_HINT_CHARS = 600
 
 NEGATIVE_PATTERNS: dict[str, re.Pattern[str]] = {
     "error": re.compile(
-        r"traceback \(most recent call last\)|\b\w*(?:error|exception)\b:|command not found|no such file or directory"
-        r"|permission denied|segmentation fault|(?<!\b0 )\bfailed\b|\ban error\b|returncode=[1-9]|exit (?:code|status) [1-9]",
+        r"traceback \(most recent call last\)|\b\w*(?:error|exception)\b:|command not found"
+        r"|no such file or directory|permission denied|segmentation fault|(?<!\b0 )\bfailed\b|\ban error\b"
+        r"|returncode=[1-9]|exit (?:code|status) [1-9]",
         re.IGNORECASE,
     ),
     "re-ask": re.compile(
@@ -30,8 +31,8 @@ NEGATIVE_PATTERNS: dict[str, re.Pattern[str]] = {
         re.IGNORECASE,
     ),
     "correction": re.compile(
-        r"\b(?:wrong|incorrect|not (?:right|correct)|that'?s a mistake|mistaken|(?:don'?t|do not|stop) (?!worry|mind)\w+"
-        r"|no,|nope|actually,)",
+        r"\b(?:wrong|incorrect|not (?:right|correct)|that'?s a mistake|mistaken"
+        r"|(?:don'?t|do not|stop) (?!worry|mind)\w+|no,|nope|actually,)",
         re.IGNORECASE,
     ),
 }
@@ -40,9 +41,12 @@ POSITIVE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 IMPERATIVE_STARTS = frozenset(
-    "add always answer avoid be call change check cite do don't double-check end explain fix give include keep"
-    " leave list make mention never please put read remove repeat reply respond return run say send show start"
-    " state stop try use verify write".split()
+    {
+        *("add", "always", "answer", "avoid", "be", "call", "change", "check", "cite", "do", "don't", "end"),
+        *("explain", "fix", "give", "include", "keep", "leave", "list", "make", "mention", "never", "please"),
+        *("put", "read", "remove", "repeat", "reply", "respond", "return", "run", "say", "send", "show", "start"),
+        *("state", "stop", "try", "use", "verify", "write"),
+    }
 )
 
 
