@@ -86,12 +86,19 @@ def format_python_result(result: ExecResult, *, timeout: float, max_chars: int) 
             f"The code did not finish within {timeout:g} s: avoid endless loops and use a faster method.",
         )
     if result.returncode != 0:
-        error = last_error_line(stderr) or f"exit status {result.returncode}"
-        parts.append(stderr.rstrip() if stderr.strip() else f"Error: the program ended with {error}.")
-        if result.returncode < 0:
-            parts.append(f"Error: the program was killed by signal {-result.returncode} (a limit was reached).")
-        tags = (f"returncode={result.returncode}", f"exception={error.split(':')[0]}")
-        return ToolOutput("\n".join(parts), -1.0, tags, traceback_tail(stderr) or f"The program failed: {error}.")
+        exception = last_error_line(stderr)
+        signum = -result.returncode if result.returncode < 0 else result.returncode - 128
+        if stderr.strip():
+            parts.append(stderr.rstrip())
+        if exception:
+            tags = (f"returncode={result.returncode}", f"exception={exception.split(':')[0]}")
+            return ToolOutput("\n".join(parts), -1.0, tags, traceback_tail(stderr))
+        if signum > 0:
+            parts.append(f"Error: the program was killed by signal {signum} (it hit a memory, CPU or process limit).")
+        else:
+            parts.append(f"Error: the program exited with status {result.returncode}.")
+        directive = parts[-1].removeprefix("Error: ")
+        return ToolOutput("\n".join(parts), -1.0, (f"returncode={result.returncode}",), directive)
     if stderr.strip():
         parts.append(f"stderr:\n{stderr.rstrip()}")
     if truncated:
@@ -116,11 +123,10 @@ def cap_text(text: str, limit: int) -> tuple[str, bool]:
 
 def last_error_line(stderr: str) -> str:
     """The exception line of a Python traceback (``ZeroDivisionError: division by zero``), or ``""``."""
-    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-    for line in reversed(lines):
+    for line in reversed(stderr.strip().splitlines()):
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b", line):
             return line.strip()
-    return lines[-1].strip() if lines else ""
+    return ""
 
 
 def traceback_tail(stderr: str, max_lines: int = 6, max_chars: int = 600) -> str:
