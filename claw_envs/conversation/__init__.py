@@ -1,0 +1,45 @@
+"""``claw/Conversation-v0``: simulated users (student, teacher, your own) with hidden preferences.
+
+* :class:`ConversationEnv` — the environment (``env.py``)
+* personas as YAML data (``personas/``, :func:`load_persona`)
+* the personalization rubric (:func:`rubric`, :func:`answer_correct`, :func:`is_valid_reply`)
+* signals from the user's reply text (:func:`extract_signals`)
+* simulators (:class:`RulesSimulator`, :class:`LLMSimulator`)
+* homework (:func:`builtin_tasks`, :func:`load_gsm8k`) and demonstrations (:func:`demonstrations`,
+  :func:`hinted_messages` — the one bracketed-hint format)
+"""
+
+from claw_envs.conversation.demos import demonstrations, hinted_messages, render_reply
+from claw_envs.conversation.env import ConversationEnv
+from claw_envs.conversation.homework import Problem, StudentWork, builtin_tasks, load_gsm8k, student_work
+from claw_envs.conversation.persona import Persona, available_personas, load_persona
+from claw_envs.conversation.score import MAX_REPLY_CHARS, RubricResult, answer_correct, is_valid_reply, rubric
+from claw_envs.conversation.signals import Signals, extract_signals
+from claw_envs.conversation.simulator import LLMSimulator, Reaction, RulesSimulator, Simulator, Turn
+
+__all__ = [
+    "MAX_REPLY_CHARS",
+    "ConversationEnv",
+    "LLMSimulator",
+    "Persona",
+    "Problem",
+    "Reaction",
+    "RubricResult",
+    "RulesSimulator",
+    "Signals",
+    "Simulator",
+    "StudentWork",
+    "Turn",
+    "answer_correct",
+    "available_personas",
+    "builtin_tasks",
+    "demonstrations",
+    "extract_signals",
+    "hinted_messages",
+    "is_valid_reply",
+    "load_gsm8k",
+    "load_persona",
+    "render_reply",
+    "rubric",
+    "student_work",
+]

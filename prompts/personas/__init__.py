@@ -1,0 +1,1 @@
+"""Simulated-user persona prompts (``<persona>.jinja``) for ``claw_envs.conversation.LLMSimulator``."""
