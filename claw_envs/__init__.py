@@ -19,6 +19,7 @@ from claw_envs.registry import env_class, env_ids, load_plugins, register, resol
 from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource
 
 register("claw/Echo-v0", "claw_envs.echo:EchoEnv")
+register("claw/Conversation-v0", "claw_envs.conversation:ConversationEnv")
 register("claw/ToolCall-v0", "claw_envs.toolcall:ToolCallEnv")
 load_plugins()
 
