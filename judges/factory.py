@@ -23,11 +23,18 @@ def make_backend(
     model: str | None = None,
     api_key: str | None = None,
     metrics: JudgeMetrics | None = None,
+    **options: Any,
 ) -> JudgeBackend:
     """The backend a spec names. OpenAI endpoints take the model from ``model``, ``$CLAW_JUDGE_MODEL`` or
-    ``"default"``, and the key from ``api_key``, ``$CLAW_JUDGE_API_KEY`` or ``$OPENAI_API_KEY``."""
+    ``"default"``, and the key from ``api_key``, ``$CLAW_JUDGE_API_KEY`` or ``$OPENAI_API_KEY``.
+
+    ``options`` go to the model backends' constructors (``timeout``, ``retries``, ``backoff``,
+    ``failure_threshold``, ``reset_after``; ``sampling_type`` for ``policy``).
+    """
     spec = spec.strip()
     if spec == "rules":
+        if options:
+            raise ValueError(f"the rules judge takes no options, got {sorted(options)}")
         from judges.backends.rules import RulesBackend
 
         return RulesBackend(metrics)
@@ -36,13 +43,13 @@ def make_backend(
             raise ValueError("the 'policy' judge needs the policy object (pass policy=...)")
         from judges.backends.policy import PolicyBackend
 
-        return PolicyBackend(policy, metrics=metrics)
+        return PolicyBackend(policy, metrics=metrics, **options)
     if spec.startswith(("openai://", "openai+https://", "http://", "https://")):
         from judges.backends.openai import OpenAIBackend
 
         model = model or os.environ.get(MODEL_ENV) or "default"
         api_key = api_key or next((os.environ[k] for k in KEY_ENVS if os.environ.get(k)), None)
-        return OpenAIBackend(spec, model=model, api_key=api_key, metrics=metrics)
+        return OpenAIBackend(spec, model=model, api_key=api_key, metrics=metrics, **options)
     raise ValueError(f"unknown judge {spec!r}: use 'rules', 'policy' or 'openai://HOST:PORT[/v1]'")
 
 
@@ -55,13 +62,18 @@ def make_judge(
     model: str | None = None,
     api_key: str | None = None,
     hints: bool = True,
+    temperature: float = 0.6,
+    max_tokens: int = 1024,
+    **backend_options: Any,
 ) -> StepJudge:
     """A step judge for env ``family`` with the family's PRM and hint templates and one shared backend.
 
-    ``hints=False`` leaves out the hint judge (Binary RL needs only the score).
+    ``hints=False`` leaves out the hint judge (Binary RL needs only the score); ``backend_options`` go to
+    :func:`make_backend`.
     """
-    backend = make_backend(spec, policy=policy, model=model, api_key=api_key)
+    backend = make_backend(spec, policy=policy, model=model, api_key=api_key, **backend_options)
     prm_template, hint_template = templates_for(family)
-    prm = PRMJudge(backend, prm_template, votes=votes)
-    hint = HintJudge(backend, hint_template, votes=votes) if hints else None
+    sampling = {"votes": votes, "temperature": temperature, "max_tokens": max_tokens}
+    prm = PRMJudge(backend, prm_template, **sampling)
+    hint = HintJudge(backend, hint_template, **sampling) if hints else None
     return StepJudge(prm, hint)

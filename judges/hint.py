@@ -9,6 +9,7 @@ from typing import Any
 from claw_envs.core import NextState
 from judges.backends.base import JudgeBackend
 from judges.base import HintResult, Vote
+from judges.metrics import JudgeMetrics
 from judges.parse import MIN_HINT_CHARS, extract_hint, parse_score
 from judges.votes import draw_votes, keep_text
 
@@ -49,7 +50,8 @@ class HintJudge:
         self.deadline = deadline if deadline is not None else backend.worst_case_seconds + 1.0
 
     @property
-    def metrics(self):
+    def metrics(self) -> JudgeMetrics:
+        """The backend's counters."""
         return self.backend.metrics
 
     def read(self, text: str, latency: float) -> Vote:

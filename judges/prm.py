@@ -9,6 +9,7 @@ from typing import Any
 from claw_envs.core import NextState
 from judges.backends.base import JudgeBackend
 from judges.base import Judgement, Vote
+from judges.metrics import JudgeMetrics
 from judges.parse import majority, parse_score
 from judges.votes import draw_votes, keep_text
 
@@ -42,7 +43,8 @@ class PRMJudge:
         self.deadline = deadline if deadline is not None else backend.worst_case_seconds + 1.0
 
     @property
-    def metrics(self):
+    def metrics(self) -> JudgeMetrics:
+        """The backend's counters."""
         return self.backend.metrics
 
     @staticmethod

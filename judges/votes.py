@@ -69,9 +69,12 @@ async def draw_votes(
         return read(text, time.monotonic() - start)
 
     tasks = [asyncio.create_task(one(i)) for i in range(votes)]
-    _, pending = await asyncio.wait(tasks, timeout=deadline)
-    for task in pending:
-        task.cancel()
+    try:
+        _, pending = await asyncio.wait(tasks, timeout=deadline)
+    finally:  # on the deadline, or when the caller itself is cancelled, no vote keeps running
+        for task in tasks:
+            if not task.done():
+                task.cancel()
     if pending:
         await asyncio.wait(pending, timeout=CANCEL_GRACE)
     result = []

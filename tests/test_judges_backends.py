@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from test_judges_prompts import HAND_BUILT  # next states as each family sends them
 
 from claw_envs import Evaluative, NextState
 from judges import PRMJudge, make_backend, make_judge
@@ -291,8 +292,6 @@ async def test_make_judge_openai_runs_prm_and_hint_concurrently(server, monkeypa
 
 
 async def test_gui_screenshot_is_sent_as_a_data_url(server):
-    from test_judges_prompts import HAND_BUILT
-
     action, ns = HAND_BUILT["gui"]
     backend = fast_backend(server.url)
     await PRMJudge(backend, "prm_gui", votes=1).score(action, ns)
@@ -344,8 +343,6 @@ class LocalPolicy:
 
 
 async def test_policy_backend_asks_the_policy_and_flattens_images():
-    from test_judges_prompts import HAND_BUILT
-
     async def answer(n):
         return FakeCompletion("\\boxed{1}")
 
@@ -379,10 +376,43 @@ async def test_policy_backend_failures_are_contained():
         PolicyBackend(object())
 
 
+async def test_cancelling_a_judgement_cancels_its_votes():
+    cancelled = []
+
+    async def behaviour(n):
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(n)
+            raise
+
+    backend = PolicyBackend(LocalPolicy(behaviour), timeout=30, retries=0)
+    task = asyncio.create_task(PRMJudge(backend, "prm_generic", votes=3).score("hi", STEP))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.01)
+    assert sorted(cancelled) == [0, 1, 2]
+
+
+async def test_backend_options_pass_through_make_judge(server):
+    server.script = lambda body, n: Reply(status=500)
+    judge = make_judge(server.url, family="terminal", votes=1, hints=False, timeout=0.5, retries=0, max_tokens=64)
+    action, ns = HAND_BUILT["terminal"]
+    judgement = await judge.judge(action, ns)
+    assert not judgement.available and judge.metrics["retries"] == 0 and len(server.requests) == 1
+    assert server.requests[0]["max_tokens"] == 64
+    with pytest.raises(ValueError, match="takes no options"):
+        make_backend("rules", timeout=1.0)
+    await judge.aclose()
+
+
 def test_specs_and_urls():
     assert normalize_base_url("openai://127.0.0.1:30000") == "http://127.0.0.1:30000/v1"
     assert normalize_base_url("openai://judge:8000/v1/") == "http://judge:8000/v1"
     assert normalize_base_url("https://api.example.com/v1") == "https://api.example.com/v1"
+    assert normalize_base_url("openai+https://api.example.com") == "https://api.example.com/v1"
     for bad in ("openai://", "ftp://x", "openai://host:notaport"):
         with pytest.raises(ValueError, match=r"openai://HOST:PORT|bad port"):
             normalize_base_url(bad)
