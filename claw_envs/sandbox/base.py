@@ -31,10 +31,13 @@ class ExecResult:
 class Sandbox:
     """A throw-away place where agent actions run. Use as a context manager or call ``close()``.
 
-    ``workspace`` is the working directory as seen from inside the sandbox.
+    ``workspace`` is the working directory as seen from inside the sandbox; ``python`` is the
+    interpreter to call inside it; ``isolation`` names what separates it from the host.
     """
 
     workspace: str
+    python: str = "python3"
+    isolation: str = "none"
 
     def run(
         self,

@@ -1,0 +1,43 @@
+"""Bounded capture of a command's output: keep the head and the tail, count what was dropped."""
+
+from __future__ import annotations
+
+
+class CappedOutput:
+    """Collects a byte stream in at most ``limit`` bytes: the first half and the last half.
+
+    Feeding gigabytes costs ``limit`` bytes of memory; ``text()`` marks the cut clearly.
+    """
+
+    def __init__(self, limit: int):
+        if limit < 2:
+            raise ValueError(f"output limit must be at least 2 bytes, got {limit}")
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data[-self.tail_limit :]
+            excess = len(self.tail) - self.tail_limit
+            if excess > 0:
+                del self.tail[:excess]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        """The captured text (UTF-8, undecodable bytes replaced), with a marker where bytes were dropped."""
+        if not self.truncated:
+            return (self.head + self.tail).decode("utf-8", errors="replace")
+        dropped = self.total - len(self.head) - len(self.tail)
+        marker = f"\n[... output truncated: {dropped} of {self.total} bytes dropped ...]\n"
+        return self.head.decode("utf-8", errors="replace") + marker + self.tail.decode("utf-8", errors="replace")
