@@ -10,7 +10,7 @@ import zlib
 import gymnasium as gym
 import pytest
 
-import claw_envs  # noqa: F401  (registers claw/Echo-v0)
+import claw_envs
 from claw_envs import Evaluative, NextState
 from judges import prompts
 from judges.prompts import FAMILY_TEMPLATES, PromptError, load, render, template_names, templates_for
@@ -27,37 +27,8 @@ def tiny_png(width: int = 4, height: int = 3) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
-# Next states as each family sends them (built by hand until the family lands; then taken from the real env).
+# Next states as families that have not landed yet will send them (built by hand; registered envs are run for real).
 HAND_BUILT: dict[str, tuple[str, NextState]] = {
-    "conversation": (
-        "**Answer:** 12 apples.",
-        NextState(
-            "please don't use bold, real students don't write like that",
-            role="user",
-            evaluative=Evaluative(-1.0, ("user_complaint",)),
-            directive="Write in plain text without bold.",
-            judge_inputs={
-                "task": "Tom has 7 apples and buys 5 more. How many now?",
-                "history": [{"role": "user", "content": "Tom has 7 apples and buys 5 more. How many now?"}],
-                "action": "**Answer:** 12 apples.",
-                "result": "please don't use bold, real students don't write like that",
-            },
-        ),
-    ),
-    "toolcall": (
-        '<tool_call>{"name": "python", "arguments": {"code": "print(7*6)"}}</tool_call>',
-        NextState(
-            "42",
-            role="tool",
-            evaluative=Evaluative(0.0, ("tool_ok",)),
-            judge_inputs={
-                "task": "What is 7 times 6?",
-                "history": "[user] What is 7 times 6?",
-                "action": '<tool_call>{"name": "python", "arguments": {"code": "print(7*6)"}}</tool_call>',
-                "result": "42",
-            },
-        ),
-    ),
     "terminal": (
         "cat /nonexistent",
         NextState(
@@ -122,7 +93,10 @@ def test_every_template_belongs_to_a_family():
     assert {"prm_personal", "hint_personal", "prm_terminal", "prm_gui", "prm_swe", "prm_toolcall"} <= used
 
 
-@pytest.mark.parametrize("family", sorted(HAND_BUILT))
+REGISTERED_FAMILIES = {claw_envs.env_class(env_id).family for env_id in claw_envs.env_ids()}
+
+
+@pytest.mark.parametrize("family", sorted(set(HAND_BUILT) - REGISTERED_FAMILIES))
 def test_family_templates_render_from_hand_built_next_state(family):
     action, ns = HAND_BUILT[family]
     for template in templates_for(family):
@@ -135,29 +109,53 @@ def test_family_templates_render_from_hand_built_next_state(family):
     assert templates_for(family) == FAMILY_TEMPLATES[family]
 
 
-def test_echo_templates_render_from_the_real_env_with_history():
-    env = gym.make("claw/Echo-v0").unwrapped
+def real_steps(env_id: str, seed: int = 0):
+    """(action, next_state, messages) for a junk action, then reference actions until the episode ends."""
+    env = gym.make(env_id).unwrapped
+    steps = []
     try:
-        env.reset(seed=1)
-        env.step("junk")
-        action = env.reference_action()
-        _, _, terminated, _, info = env.step(action)
-        assert terminated
-        ns = info["next_state"]
-        for template in templates_for("echo"):
-            messages = render(template, ns, action, history=info["messages"])
-            check_messages(messages, template)
-            text = user_text(messages)
-            assert ns.judge_inputs["task"] in text and "Correct." in text
-            assert "[assistant] junk" in text  # the earlier step is history
-            assert f"[assistant] {action}" not in text  # the judged action is shown apart, not as history
+        env.reset(seed=seed)
+        action = "???"
+        while action is not None:
+            _, _, terminated, truncated, info = env.step(action)
+            steps.append((action, info["next_state"], info["messages"]))
+            if terminated or truncated:
+                break
+            action = env.reference_action()
     finally:
         env.close()
+    return env.family, steps
 
 
-def test_conversation_history_list_and_terminal_result_dict_are_formatted():
-    action, ns = HAND_BUILT["conversation"]
-    assert "[user] Tom has 7 apples" in user_text(render("prm_personal", ns, action))
+@pytest.mark.parametrize("env_id", claw_envs.env_ids())
+def test_family_templates_render_from_the_real_env_with_history(env_id):
+    family, steps = real_steps(env_id)
+    assert len(steps) >= 2, "a junk step and at least one reference step"
+    for action, ns, messages in steps:
+        for template in templates_for(family):
+            rendered = render(template, ns, action, history=messages)
+            check_messages(rendered, template)
+            text = user_text(rendered)
+            assert str(ns.judge_inputs.get("task", "")).splitlines()[0][:60] in text
+            assert ns.judge_inputs.get("result", ns.text).strip()[:60] in text
+
+
+def test_history_is_derived_from_messages_when_the_env_sends_none():
+    _, steps = real_steps("claw/Echo-v0")
+    action, ns, messages = steps[-1]
+    assert "history" not in ns.judge_inputs
+    text = user_text(render("prm_generic", ns, action, history=messages))
+    assert "[assistant] ???" in text  # the earlier junk step is history
+    assert f"[assistant] {action}" not in text  # the judged action is shown on its own
+
+
+def test_history_as_messages_and_result_as_dict_are_formatted():
+    ns = NextState(
+        "stop using bold",
+        role="user",
+        judge_inputs={"history": [{"role": "user", "content": "Tom has 7 apples."}], "result": "stop using bold"},
+    )
+    assert "[user] Tom has 7 apples." in user_text(render("prm_personal", ns, "**12**"))
     action, ns = HAND_BUILT["terminal"]
     text = user_text(render("prm_terminal", ns, action))
     assert "returncode: 1" in text and "stderr: cat: /nonexistent" in text
@@ -195,7 +193,7 @@ def test_unknown_template_and_family():
 
 
 def test_huge_and_empty_fields_are_handled():
-    _, ns = HAND_BUILT["toolcall"]
+    _, ns = HAND_BUILT["terminal"]
     huge = NextState("x", judge_inputs={**ns.judge_inputs, "result": "y" * 100_000})
     text = user_text(render("prm_toolcall", huge, ""))
     assert len(text) < 10_000 and "characters cut" in text

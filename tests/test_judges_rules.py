@@ -55,6 +55,30 @@ async def test_mixed_episode_flips_from_minus_to_plus():
     assert [(s, h is not None) for s, h, _ in steps] == [(-1.0, True), (1.0, False)]
 
 
+@pytest.mark.parametrize("env_id", claw_envs.env_ids())
+async def test_every_family_junk_is_minus_with_hint_and_reference_is_plus(env_id):
+    env = gym.make(env_id).unwrapped
+    judge = make_judge("rules", family=env.family, votes=3)
+    judged = []
+    try:
+        await env.areset(seed=0)
+        action = "???"
+        while action is not None:
+            _, _, terminated, truncated, info = await env.astep(action)
+            judged.append(await judge.judge(action, info["next_state"], info["messages"]))
+            if terminated or truncated:
+                break
+            action = env.reference_action()
+    finally:
+        await env.aclose()
+    junk, *reference = judged
+    assert junk.score == -1.0 and junk.hint is not None, junk
+    assert reference, "the env offered no reference action"
+    assert all(j.score >= 0 for j in reference), [j.score for j in reference]
+    assert reference[-1].score == 1.0
+    assert all(j.available for j in judged)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -70,6 +94,7 @@ async def test_mixed_episode_flips_from_minus_to_plus():
         ("3 passed, 0 failed", 0),  # a zero count is not a failure
         ("Don't worry about it. Next question: what is 3 + 4?", 0),
         ("ok", 0),
+        ("Next question: what is 3 + 4?", 0),
         ("", 0),
         ("\ufffd\ufffd junk \x00", 0),
         ("x" * 100_000, 0),
@@ -80,9 +105,12 @@ def test_reply_patterns_when_the_env_gives_no_score(text, expected):
     assert score == expected, reason
 
 
-def test_env_score_wins_over_text():
+def test_env_score_wins_over_text_and_a_bare_directive_counts_against():
     assert rule_score(NextState("thanks!", evaluative=Evaluative(-0.5, ("tests=1/4",))))[0] == -1
     assert rule_score(NextState("Error: nothing", evaluative=Evaluative(0.25)))[0] == 1
+    assert rule_score(NextState("Nothing ran.", directive="Call the tool in a <tool_call> block."))[0] == -1
+    assert rule_score(NextState("Great, thanks.", directive="Also cite the source."))[0] == 1
+    assert rule_score(NextState("Nothing ran.", directive="  "))[0] == 0
 
 
 @pytest.mark.parametrize(

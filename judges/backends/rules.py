@@ -1,7 +1,8 @@
 """A deterministic judge that needs no model: it reads the env-native signals of a next state.
 
 Score: the sign of ``next_state.evaluative.score``; when that is 0, patterns in the reply (thanks vs.
-re-ask / correction / error text). Hint: the ``directive`` turned into an instruction for next time.
+re-ask / correction / error text); failing those, a ``directive`` (the env saying what to change) counts
+against the action. Hint: the ``directive`` turned into an instruction for next time.
 The answers are written in the same format a model judge uses (``\\boxed{…}``, ``[HINT_START]…``), so
 they go through the same parsing, voting and logging.
 """
@@ -66,6 +67,8 @@ def rule_score(next_state: NextState) -> tuple[int, str]:
     match = POSITIVE_PATTERN.search(text)
     if match:
         return 1, f"the reply reads as approval ({match.group(0)!r})"
+    if next_state.directive and next_state.directive.strip():
+        return -1, "the environment said what the action should have done differently"
     return 0, "the reply carries no clear signal either way"
 
 
