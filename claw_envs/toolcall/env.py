@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from claw_envs.core import ClawEnv, Evaluative, InfraFailure, Message, NextState, Opening, StepStatus, Transition
-from claw_envs.sandbox.base import Sandbox, SandboxError
+from claw_envs.sandbox import Sandbox, SandboxError, make_sandbox
 from claw_envs.tasks import Task, TaskSource
 from claw_envs.toolcall.datasets import builtin_tasks, load_dataset, make_arithmetic
 from claw_envs.toolcall.grading import MathVerifier, grade_answer
@@ -216,8 +216,6 @@ class ToolCallEnv(ClawEnv):
 
     async def _ensure_sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            from claw_envs.sandbox import make_sandbox
-
             try:
                 self._sandbox = await asyncio.to_thread(make_sandbox, self.sandbox_kind, **self.sandbox_options)
             except (SandboxError, OSError) as err:

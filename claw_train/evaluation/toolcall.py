@@ -229,16 +229,21 @@ def summary_table(summary: dict[str, Any]) -> Table:
 
 
 async def run_episodes(
-    env_factory: Callable[[], Any], agent: Agent, requests: Sequence[tuple[str, int]], concurrency: int, on_done=None
+    env_factory: Callable[[], Any],
+    agent_for: Callable[[int], Agent],
+    requests: Sequence[tuple[str, int]],
+    concurrency: int,
+    on_done: Callable[[], None] | None = None,
 ) -> list[Sample]:
-    """Run one episode per ``(task_id, seed)`` request, ``concurrency`` at a time; samples in request order."""
+    """One episode per ``(task_id, seed)`` request, ``concurrency`` at a time, each driven by
+    ``agent_for(seed)``; the samples come back in request order."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(task_id: str, seed: int) -> Sample:
         async with gate:
             env = env_factory()
             try:
-                sample = await play(env, agent, task_id, seed)
+                sample = await play(env, agent_for(seed), task_id, seed)
             finally:
                 await env.aclose()
         if on_done is not None:
@@ -277,11 +282,23 @@ async def _run_policy(opts: EvalOptions, tasks: TaskSource, console: Console) ->
     except PolicyError as err:
         raise EvalError(str(err)) from None
     problems = list(tasks)
-    requests = [(t.id, opts.seed + j) for t in problems for j in range(opts.k)]
+    # every sample gets its own seed (the same seed would make the k samples of a seeded server identical)
+    requests = [
+        (t.id, (opts.seed * len(problems) + i) * opts.k + j) for i, t in enumerate(problems) for j in range(opts.k)
+    ]
 
-    async def agent(obs: Any, info: dict[str, Any]) -> str:
-        sampling = SamplingParams(max_new_tokens=opts.max_new_tokens, temperature=opts.temperature)
-        return (await policy.generate(info["messages"], sampling)).text
+    def agent_for(seed: int) -> Agent:
+        turn = 0
+
+        async def agent(obs: Any, info: dict[str, Any]) -> str:
+            nonlocal turn
+            turn += 1
+            sampling = SamplingParams(
+                max_new_tokens=opts.max_new_tokens, temperature=opts.temperature, seed=seed * 64 + turn
+            )
+            return (await policy.generate(info["messages"], sampling)).text
+
+        return agent
 
     def factory() -> ToolCallEnv:
         return ToolCallEnv(tasks, split=opts.split)
@@ -289,7 +306,7 @@ async def _run_policy(opts: EvalOptions, tasks: TaskSource, console: Console) ->
     try:
         with _progress(console) as bar:
             job = bar.add_task(f"{len(problems)} problems × {opts.k}", total=len(requests))
-            samples = await run_episodes(factory, agent, requests, opts.concurrency, lambda: bar.advance(job))
+            samples = await run_episodes(factory, agent_for, requests, opts.concurrency, lambda: bar.advance(job))
     except PolicyError as err:
         raise EvalError(f"the policy failed: {err}") from None
     finally:

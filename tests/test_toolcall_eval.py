@@ -1,0 +1,293 @@
+"""claw-eval --env toolcall: metrics, --responses on competition-style solutions, a policy over HTTP, datasets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from test_toolcall_env import solve_from_question
+from typer.testing import CliRunner
+
+from claw_envs.toolcall import ToolCallEnv
+from claw_envs.toolcall.datasets import NAMED, dapo_question, gsm8k_answer, load_dataset
+from claw_envs.toolcall.env import tool_call_text
+from claw_train.commands.evaluate import app
+from claw_train.evaluation.toolcall import ProblemResult, Sample, bootstrap_ci, pass_at_k, run_episodes, summarize
+
+# Problems and worked solutions written for these tests, in the style of competition solutions.
+PROBLEMS = [
+    {
+        "id": "t1",
+        "problem": "Find the number of positive integers $n \\le 1000$ that are divisible by $3$ or by $5$ but not "
+        "by $15$.",
+        "answer": "401",
+        "solution": "There are $\\lfloor 1000/3 \\rfloor = 333$ multiples of $3$, $\\lfloor 1000/5 \\rfloor = 200$ "
+        "multiples of $5$ and $\\lfloor 1000/15 \\rfloor = 66$ multiples of $15$. By inclusion-exclusion, "
+        "$333 + 200 - 66 = 467$ integers are divisible by $3$ or $5$; removing the $66$ multiples of $15$ leaves "
+        "$467 - 66 = \\boxed{401}$.",
+    },
+    {
+        "id": "t2",
+        "problem": "Real numbers $x$ and $y$ satisfy $x + y = 10$ and $xy = 21$. Find $x^3 + y^3$.",
+        "answer": "370",
+        "solution": "Since $x^3 + y^3 = (x+y)^3 - 3xy(x+y)$, we get $10^3 - 3 \\cdot 21 \\cdot 10 = 1000 - 630$. "
+        "(Indeed $\\{x, y\\} = \\{3, 7\\}$ and $27 + 343 = 370$.) The answer is $\\boxed{370}$.",
+    },
+    {
+        "id": "t3",
+        "problem": "Two fair six-sided dice are rolled. The probability that the sum of the numbers shown is $8$ "
+        "is $\\tfrac{m}{n}$, where $m$ and $n$ are relatively prime positive integers. Find $m + n$.",
+        "answer": "41",
+        "solution": "Of the $36$ equally likely outcomes, $(2,6), (3,5), (4,4), (5,3), (6,2)$ have sum $8$, so the "
+        "probability is $\\boxed{\\dfrac{5}{36}}$. The fraction is in lowest terms, hence $m + n = 5 + 36 = "
+        "\\boxed{41}$.",
+    },
+    {
+        "id": "t4",
+        "problem": "A right triangle has legs of lengths $20$ and $21$. Find its perimeter.",
+        "answer": "70",
+        "solution": "The hypotenuse is $\\sqrt{20^2 + 21^2} = \\sqrt{400 + 441} = \\sqrt{841} = 29$, so the "
+        "perimeter is $20 + 21 + 29 = \\boxed{070}$.",
+    },
+    {
+        "id": "t5",
+        "problem": "Find the remainder when $7^{2024}$ is divided by $100$.",
+        "answer": "1",
+        "solution": "Note $7^4 = 2401 \\equiv 1 \\pmod{100}$. As $2024 = 4 \\cdot 506$, we have "
+        "$7^{2024} = \\left(7^4\\right)^{506} \\equiv 1 \\pmod{100}$, so the remainder is $\\boxed{ 1 }$.",
+    },
+    {
+        "id": "t6",
+        "problem": "The side of a square is increased by $50\\%$. By what factor does its area grow? Give a fraction.",
+        "answer": "\\frac{9}{4}",
+        "solution": "The new side is $\\tfrac{3}{2}s$, so the new area is $\\tfrac{9}{4}s^2$: the factor is "
+        "$\\boxed{2.25}$.",
+    },
+]
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def dataset(tmp_path) -> Path:
+    return write_jsonl(tmp_path / "contest.jsonl", [{k: p[k] for k in ("id", "problem", "answer")} for p in PROBLEMS])
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(app, ["--env", "toolcall", *args])
+    return result
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(16, 0, 16) == 0.0 and pass_at_k(16, 1, 16) == 1.0 and pass_at_k(5, 4, 2) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
+    values = [0.0, 1.0, 1.0, 0.5, 0.0, 1.0, 0.25, 0.75]
+    low, high = bootstrap_ci(values, seed=0)
+    assert low < sum(values) / len(values) < high and low >= 0.0 and high <= 1.0
+    assert (low, high) == bootstrap_ci(values, seed=0)
+    assert bootstrap_ci([1.0, 1.0], seed=0) == (1.0, 1.0)
+
+
+def test_summary_counts_infra_failures_apart():
+    a = ProblemResult("a", "1", [Sample(True, "1", "string", ""), Sample(False, "2", "string", "")])
+    b = ProblemResult(
+        "b", "1", [Sample(False, None, "no_answer", ""), Sample(False, None, "no_answer", "", status="sandbox_failure")]
+    )
+    s = summarize([a, b], k=2)
+    assert s["k"] == 1 and s["k_requested"] == 2  # b has a single graded sample
+    assert s["avg_at_k"] == pytest.approx(0.25) and s["infra_failures"] == 1 and s["no_answer"] == 1
+
+
+# -- claw-eval --responses -------------------------------------------------------------------
+
+
+def test_competition_style_reference_solutions_all_score_correct(dataset, tmp_path):
+    responses = write_jsonl(tmp_path / "refs.jsonl", [{"id": p["id"], "response": p["solution"]} for p in PROBLEMS])
+    out = tmp_path / "out"
+    result = invoke("--dataset", str(dataset), "--responses", str(responses), "--output-dir", str(out))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["problems"], summary["samples"], summary["avg_at_k"], summary["pass_at_k"]) == (6, 6, 1.0, 1.0)
+    rows = [json.loads(line) for line in (out / "problems.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [p["id"] for p in PROBLEMS] and all(r["correct"] == 1 for r in rows)
+    assert {r["id"]: r["samples"][0]["predicted"] for r in rows}["t3"] == "41"  # the last of two boxes
+    assert "avg@1" in result.output and "pass@1" in result.output and "100.0%" in result.output
+
+
+def test_several_responses_per_problem_give_avg_and_pass_at_k(dataset, tmp_path):
+    rows = [
+        {"id": "t1", "responses": ["\\boxed{401}", "\\boxed{400}", "no idea"]},
+        {"problem_id": "t2", "response": "\\boxed{370}"},
+        {"task_id": "t2", "response": "so $x^3+y^3=\\boxed{370.0}$"},
+        {"id": "t2", "response": "\\boxed{37}"},
+    ]
+    out = tmp_path / "out"
+    result = invoke(
+        "--dataset", str(dataset), "--responses", str(write_jsonl(tmp_path / "r.jsonl", rows)), "--k", "2",
+        "--output-dir", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    s = json.loads((out / "summary.json").read_text())
+    assert s["problems"] == 2 and s["samples"] == 6 and s["no_answer"] == 1
+    assert s["avg_at_k"] == pytest.approx((1 / 3 + 2 / 3) / 2)
+    assert s["pass_at_k"] == pytest.approx(((1 - 1 / 3) + (1 - 0 / 3)) / 2)  # 1 - C(n-c,2)/C(n,2) per problem
+    low, high = s["pass_at_k_ci95"]
+    assert low <= s["pass_at_k"] <= high
+
+
+@pytest.mark.parametrize(
+    ("lines", "needle"),
+    [
+        (['{"id": "t1", "response": "\\\\boxed{1}"}', "not json"], "r.jsonl:2: not JSON"),
+        (['{"id": "nope", "response": "x"}'], "no problem 'nope'"),
+        (['{"response": "x"}'], "no problem id"),
+        (['{"id": "t1", "responses": [1, 2]}'], '"responses"'),
+        ([""], "no responses"),
+    ],
+)
+def test_bad_responses_files_are_clear_errors(dataset, tmp_path, lines, needle):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = invoke("--dataset", str(dataset), "--responses", str(path), "--output-dir", str(tmp_path / "o"))
+    assert result.exit_code == 2 and needle in " ".join(result.output.split()), result.output
+
+
+def test_bad_dataset_and_k_are_clear_errors(tmp_path):
+    result = invoke("--dataset", str(tmp_path / "missing.jsonl"), "--responses", str(tmp_path / "r.jsonl"))
+    assert result.exit_code == 2 and "neither a known name" in result.output
+    result = invoke("--k", "0", "--responses", str(tmp_path / "r.jsonl"))
+    assert result.exit_code == 2 and "--k must be at least 1" in result.output
+
+
+# -- a policy over HTTP ----------------------------------------------------------------------
+
+
+class _ScriptedChat(BaseHTTPRequestHandler):
+    """An OpenAI-compatible /v1/chat/completions that calls the tool, then boxes what it printed."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            text = f"The program printed {last['content']}, so the answer is \\boxed{{{last['content']}}}."
+        else:
+            text = "I will compute it.\n" + tool_call_text(solve_from_question(last["content"]))
+        reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def chat_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedChat)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_claw_eval_runs_a_policy_over_openai_http_through_the_env(chat_server, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(
+        "--policy", f"openai://{chat_server}", "--model", "scripted", "--n", "4", "--k", "2", "--concurrency", "4",
+        "--output-dir", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["problems"], s["samples"], s["avg_at_k"], s["pass_at_k"], s["infra_failures"]) == (4, 8, 1.0, 1.0, 0)
+    sample = json.loads((out / "problems.jsonl").read_text().splitlines()[0])["samples"][0]
+    assert (sample["turns"], sample["tool_calls"], sample["status"]) == (2, 1, "ok")
+
+
+def test_claw_eval_policy_down_is_a_clear_error(tmp_path):
+    result = invoke("--policy", "openai://127.0.0.1:9", "--model", "m", "--n", "1", "--output-dir", str(tmp_path))
+    assert result.exit_code == 2 and "policy failed" in result.output
+
+
+def test_run_episodes_scores_a_wrong_agent_as_wrong():
+    async def wrong(obs, info):
+        return "\\boxed{-1}"
+
+    async def main():
+        reqs = [("arith-1000000", 0), ("arith-1000001", 1)]
+        return await run_episodes(lambda: ToolCallEnv(split="test"), lambda seed: wrong, reqs, concurrency=2)
+
+    samples = asyncio.run(main())
+    assert [(s.correct, s.predicted, s.turns) for s in samples] == [(False, "-1", 1), (False, "-1", 1)]
+
+
+# -- datasets --------------------------------------------------------------------------------
+
+
+def test_files_with_a_field_mapping_jsonl_and_parquet(tmp_path):
+    rows = [{"uid": f"u{i}", "q": f"What is {i}+{i}?", "final": str(2 * i)} for i in range(3)]
+    path = write_jsonl(tmp_path / "mine.jsonl", rows)
+    tasks = load_dataset(f"{path}#question=q,answer=final,id=uid")
+    assert [t.id for t in tasks] == ["u0", "u1", "u2"] and tasks.get("u2").data["answer"] == "4"
+    pd = pytest.importorskip("pandas")
+    pq = tmp_path / "mine.parquet"
+    pd.DataFrame(rows).to_parquet(pq)
+    assert [t.data["question"] for t in load_dataset(f"{pq}#question=q,answer=final,id=uid")] == [r["q"] for r in rows]
+    with pytest.raises(ValueError, match="no question field"):
+        load_dataset(str(path))
+    with pytest.raises(ValueError, match="no field 'nope'"):
+        load_dataset(f"{path}#question=nope,answer=final")
+    with pytest.raises(ValueError, match="ours=theirs"):
+        load_dataset(f"{path}#question")
+
+
+def test_solution_only_rows_use_the_last_box(tmp_path):
+    path = write_jsonl(tmp_path / "s.jsonl", [{"problem": "p", "solution": "first \\boxed{2}, then \\boxed{3}"}])
+    assert next(iter(load_dataset(str(path)))).data["answer"] == "3"
+
+
+def test_gsm8k_rows_from_the_shared_file(gsm8k_test_path):
+    tasks = load_dataset(str(gsm8k_test_path))
+    first = next(iter(tasks))
+    assert first.data["question"].startswith("Janet") and first.data["answer"] == "18"
+    assert gsm8k_answer("so 1,000 in all\n#### 1,000") == "1000"
+
+
+def test_named_datasets_clean_rows_of_their_hub_shape():
+    aime = NAMED["aime2024"].clean(
+        {"id": 60, "problem": "P?", "solution": "...", "answer": "204", "url": "", "year": "2024"}
+    )
+    assert aime == {"question": "P?", "answer": "204", "source": "aime2024"}
+    prompt = [
+        {
+            "role": "user",
+            "content": "Solve the following math problem step by step. The last line of your response should be "
+            "of the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+            'How many primes are below 20?\n\nRemember to put your answer on its own line after "Answer:".',
+        }
+    ]
+    dapo = NAMED["dapo-math"].clean({"prompt": prompt, "reward_model": {"ground_truth": "8", "style": "rule"}})
+    assert dapo == {"question": "How many primes are below 20?", "answer": "8", "source": "dapo-math"}
+    assert dapo_question(prompt) == "How many primes are below 20?"
+    gsm = NAMED["gsm8k"].clean({"question": "Q", "answer": "steps\n#### 42"})
+    assert gsm["answer"] == "42"
+    assert (NAMED["aime2024"].hf_id, NAMED["gsm8k"].config) == ("HuggingFaceH4/aime_2024", "main")
