@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from judges import Judgement
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="List, try and judge claw environments.")
 console = Console()
@@ -76,8 +79,8 @@ def judge(
     policy: Annotated[str, typer.Option(help="Policy backend for --backend policy.")] = "inprocess",
     show_prompt: Annotated[bool, typer.Option(help="Print the rendered PRM prompt of each step.")] = False,
 ) -> None:
-    """Run one scripted episode (a junk action, then the reference action) and print each step's judge votes,
-    score and hint — for tuning judge prompts."""
+    """Run one scripted episode (a junk action, then reference actions until it ends) and print each step's
+    judge votes, score and hint — for tuning judge prompts."""
     import asyncio
 
     import gymnasium as gym
@@ -112,9 +115,8 @@ def judge(
             prm_name, hint_name = judges.templates_for(env_obj.family)
             console.rule(f"[bold]{env_id}[/bold]  task {info['task_id']}  judge {backend} × {votes}")
             console.print(f"templates: {prm_name}, {hint_name}\n[cyan]observation:[/cyan] {escape(str(obs)[:300])}")
-            for action in ("???", env_obj.reference_action()):
-                if action is None:
-                    continue
+            action: str | None = "???"
+            while action is not None:
                 _, _, terminated, truncated, info = await env_obj.astep(action)
                 ns = info["next_state"]
                 console.print(f"\n[magenta]step {ns.step_index} action:[/magenta] {escape(repr(action[:200]))}")
@@ -130,6 +132,7 @@ def judge(
                 _print_judgement(verdict)
                 if terminated or truncated:
                     break
+                action = env_obj.reference_action()
             counters = {k: v for k, v in step_judge.metrics_dict().items() if v}
             console.print(f"\n[dim]judge counters: {counters}[/dim]")
         finally:
@@ -141,7 +144,7 @@ def judge(
     asyncio.run(episode())
 
 
-def _print_judgement(verdict: Any) -> None:
+def _print_judgement(verdict: Judgement) -> None:
     """A table of every PRM and hint vote, then the step's score and hint."""
     from rich.markup import escape
 
