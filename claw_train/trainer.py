@@ -1,0 +1,339 @@
+"""ClawTrainer: TRL's GRPOTrainer fed from a queue of ready samples.
+
+TRL keeps the clipped surrogate (``_compute_loss``: asymmetric clip ε_low/ε_high, ``dapo`` token
+normalisation, KL coefficient 0); ClawTrainer replaces only *sample production*. Each optimizer step
+it pulls ``samples_per_step`` ready :class:`~claw_train.records.TrainSample`s from a
+:class:`SampleSource`, drops those staler than ``max_staleness`` policy versions, and hands TRL
+left-padded prompts, right-padded completions, ``(B, T)`` per-token advantages and the behaviour
+log-probs the serving policy recorded (``old_per_token_logps``), so the trainer/behaviour ratio
+corrects for the versions in between. After every optimizer step a :class:`WeightPublisher`
+callback hands the new weights to the serving policy; a step whose gradients are not finite
+(NaN loss) is skipped without touching the weights, and counted.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from claw_train.records import TrainSample
+
+# Per-model optimiser presets. The paper's Qwen3-4B run: lr 1e-5, weight decay 0.1, Adam β2 0.98.
+PRESETS: dict[str, dict[str, Any]] = {
+    "qwen3-4b": {"learning_rate": 1e-5, "weight_decay": 0.1, "adam_beta2": 0.98},
+    # The ~1M-parameter CPU model: lr 3e-4 learns in a few updates; ≥ 1e-3 collapses into garbage.
+    "tiny": {"learning_rate": 3e-4, "weight_decay": 0.0, "adam_beta2": 0.98, "max_grad_norm": 1.0},
+}
+
+
+def preset_for(model: str) -> str:
+    """The preset name for a model spec (``tiny`` for the CPU model, the paper's otherwise)."""
+    return "tiny" if model == "tiny" or Path(model).name.startswith("tiny") else "qwen3-4b"
+
+
+@dataclass
+class ClawConfig(GRPOConfig):
+    """GRPOConfig with claw's defaults and fields.
+
+    The clipped loss, the KL coefficient and the loss normalisation come from TRL; ``temperature``
+    must equal the sampler's (TRL divides the training logits by it). On a machine without CUDA the
+    config switches to ``use_cpu``, fp32 and no gradient checkpointing.
+    """
+
+    method: str = field(default="combined", metadata={"help": "binary | opd | combined"})
+    w_rl: float = field(default=1.0, metadata={"help": "weight of the PRM score in combined advantages"})
+    w_opd: float = field(default=1.0, metadata={"help": "weight of the teacher−old gap in combined advantages"})
+    max_staleness: int = field(default=2, metadata={"help": "drop samples more than this many versions old"})
+    samples_per_step: int = field(default=16, metadata={"help": "samples per optimizer step"})
+    prm_c: float = field(default=1.0, metadata={"help": "general agents: r = outcome + c·prm"})
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = 0.28
+    beta: float = 0.0
+    loss_type: str = "dapo"
+    lr_scheduler_type: str = "constant"
+    warmup_steps: float = 0
+    num_generations: int | None = 2
+    logging_steps: float = 1
+    report_to: str | list[str] | None = "tensorboard"
+    save_strategy: str = "steps"
+    save_steps: float = 4
+    gradient_checkpointing: bool | None = None  # deprecated alias in transformers 5: set activation_checkpointing
+    activation_checkpointing: bool | None = False
+    per_device_train_batch_size: int = 16
+    shuffle_dataset: bool | None = False
+    disable_tqdm: bool = True
+    ignore_data_skip: bool = True
+
+    def __post_init__(self) -> None:
+        if self.method not in ("binary", "opd", "combined"):
+            raise ValueError(f"method must be binary, opd or combined, not {self.method!r}")
+        if self.samples_per_step % self.per_device_train_batch_size:
+            raise ValueError(
+                f"samples_per_step ({self.samples_per_step}) must be a multiple of per_device_train_batch_size "
+                f"({self.per_device_train_batch_size})"
+            )
+        # one generation (= one pull from the queue) per optimizer step, split into micro-batches
+        self.gradient_accumulation_steps = self.samples_per_step // self.per_device_train_batch_size
+        self.steps_per_generation = self.gradient_accumulation_steps
+        if not torch.cuda.is_available():
+            self.use_cpu = True
+            self.bf16 = False
+            self.fp16 = False
+            self.activation_checkpointing = False
+            self.gradient_checkpointing = None
+        super().__post_init__()
+
+    @classmethod
+    def for_model(cls, model: str, output_dir: str | Path, **overrides: Any) -> ClawConfig:
+        """A config with the model's preset applied, then ``overrides``."""
+        values = {**PRESETS[preset_for(model)], **overrides}
+        return cls(output_dir=str(output_dir), **values)
+
+
+class SampleSource(Protocol):
+    """Where the trainer pulls samples from; ``get`` blocks (never spins) and returns ``None`` once closed."""
+
+    def get(self) -> TrainSample | None: ...
+
+
+class QueueSource:
+    """A thread-safe bounded queue of samples (``put`` blocks when full: backpressure)."""
+
+    def __init__(self, maxsize: int = 0):
+        self._queue: queue.Queue[TrainSample | None] = queue.Queue(maxsize)
+
+    def put(self, sample: TrainSample) -> None:
+        self._queue.put(sample)
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def get(self) -> TrainSample | None:
+        item = self._queue.get()
+        if item is None:
+            self._queue.put(None)  # keep it closed for the next caller
+        return item
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+
+class FeedClosed(Exception):
+    """The sample source closed while the trainer waited for a batch (shutdown)."""
+
+
+def _no_reward(*_: Any, **__: Any) -> list[float]:
+    raise RuntimeError("ClawTrainer computes advantages from judged samples; TRL's reward functions are unused")
+
+
+class ClawTrainer(GRPOTrainer):
+    """GRPOTrainer whose batches are judged samples from a queue (see the module docstring)."""
+
+    args: ClawConfig
+
+    def __init__(
+        self,
+        model: Any,
+        args: ClawConfig,
+        *,
+        source: SampleSource,
+        processing_class: Any,
+        peft_config: Any = None,
+        callbacks: list[TrainerCallback] | None = None,
+    ):
+        from datasets import Dataset
+
+        # TRL still wants a dataset and a reward function; one row per sample slot drives its loop.
+        rows = Dataset.from_dict({"prompt": [""] * args.samples_per_step})
+        super().__init__(
+            model=model,
+            reward_funcs=_no_reward,
+            args=args,
+            train_dataset=rows,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=[_SkipNonFinite(self), *(callbacks or [])],
+        )
+        self.remove_callback(PrinterCallback)  # the pipeline has its own display; metrics go to report_to
+        self.source = source
+        self.pad_token_id = int(self._tokenizer.pad_token_id)
+        self.current_batch: list[TrainSample] = []
+        self.invalid_reasons: list[str] = []
+        self.counters: dict[str, int] = {"stale_dropped": 0, "invalid_dropped": 0, "nan_skipped": 0, "trained": 0}
+        self._counter_lock = threading.Lock()
+
+    # -- sample production (the only thing replaced) -----------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        samples, stale, invalid = self._take(len(inputs))
+        self.current_batch = samples
+        with self._counter_lock:
+            self.counters["stale_dropped"] += stale
+            self.counters["invalid_dropped"] += invalid
+            self.counters["trained"] += len(samples)
+        batch = collate(samples, self.pad_token_id, self.accelerator.device)
+        self._record_batch_metrics(samples, stale, invalid)
+        return batch
+
+    def _take(self, n: int) -> tuple[list[TrainSample], int, int]:
+        """Pull ``n`` fresh, well-formed samples; count what was dropped."""
+        version = self.state.global_step
+        samples: list[TrainSample] = []
+        stale = invalid = 0
+        while len(samples) < n:
+            sample = self.source.get()
+            if sample is None:
+                raise FeedClosed("the sample source closed")
+            if version - sample.turn.policy_version > self.args.max_staleness:
+                stale += 1
+            elif problem := sample_problem(sample):
+                invalid += 1
+                self.invalid_reasons.append(problem)
+            else:
+                samples.append(sample)
+        return samples, stale, invalid
+
+    def _record_batch_metrics(self, samples: Sequence[TrainSample], stale: int, invalid: int) -> None:
+        version = self.state.global_step
+        scores = [s.score for s in samples if s.score is not None]
+        adv = [a for s in samples for a in s.advantages]
+        metrics = self._metrics["train"]
+        metrics["claw/stale_dropped"].append(float(stale))
+        metrics["claw/invalid_dropped"].append(float(invalid))
+        metrics["claw/staleness"].append(sum(version - s.turn.policy_version for s in samples) / len(samples))
+        metrics["claw/score_mean"].append(sum(scores) / len(scores) if scores else math.nan)
+        metrics["claw/hint_fraction"].append(sum(s.hint is not None for s in samples) / len(samples))
+        metrics["claw/advantage_mean"].append(sum(adv) / len(adv))
+        metrics["claw/advantage_abs_mean"].append(sum(abs(a) for a in adv) / len(adv))
+        metrics["claw/completion_tokens"].append(float(len(adv)))
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._counter_lock:
+            self.counters[key] = self.counters.get(key, 0) + n
+
+
+def sample_problem(sample: TrainSample) -> str | None:
+    """Why a sample cannot be trained on (``None`` when it can)."""
+    turn = sample.turn
+    n = len(turn.completion_ids)
+    if n == 0:
+        return "empty completion"
+    if not turn.prompt_ids:
+        return "empty prompt"
+    if len(turn.logprobs) != n or len(sample.advantages) != n:
+        return f"{n} completion tokens but {len(turn.logprobs)} log-probs and {len(sample.advantages)} advantages"
+    if not all(math.isfinite(a) for a in sample.advantages):
+        return "non-finite advantage"
+    return None
+
+
+def collate(samples: Sequence[TrainSample], pad_token_id: int, device: Any = "cpu") -> dict[str, Any]:
+    """TRL's batch: left-padded prompts, right-padded completions, ``(B, T)`` advantages and behaviour log-probs."""
+    b = len(samples)
+    p = max(len(s.turn.prompt_ids) for s in samples)
+    t = max(len(s.turn.completion_ids) for s in samples)
+    prompt_ids = torch.full((b, p), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((b, p), dtype=torch.long)
+    completion_ids = torch.full((b, t), pad_token_id, dtype=torch.long)
+    completion_mask = torch.zeros((b, t), dtype=torch.long)
+    advantages = torch.zeros((b, t), dtype=torch.float32)
+    old_logps = torch.zeros((b, t), dtype=torch.float32)
+    for i, s in enumerate(samples):
+        pl, cl = len(s.turn.prompt_ids), len(s.turn.completion_ids)
+        prompt_ids[i, p - pl :] = torch.tensor(s.turn.prompt_ids, dtype=torch.long)
+        prompt_mask[i, p - pl :] = 1
+        completion_ids[i, :cl] = torch.tensor(s.turn.completion_ids, dtype=torch.long)
+        completion_mask[i, :cl] = 1
+        advantages[i, :cl] = torch.tensor(s.advantages, dtype=torch.float32)
+        old_logps[i, :cl] = torch.tensor(s.turn.logprobs, dtype=torch.float32)
+    batch = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": advantages,
+        "old_per_token_logps": old_logps,
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+class _SkipNonFinite(TrainerCallback):
+    """Before each optimizer step: if any gradient is NaN/inf, drop all gradients so the step changes nothing."""
+
+    def __init__(self, trainer: ClawTrainer):
+        self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        params = [p for p in self.trainer.model.parameters() if p.grad is not None]
+        if all(torch.isfinite(p.grad).all() for p in params):
+            return
+        for p in params:
+            p.grad = None
+        self.trainer.count("nan_skipped")
+        self.trainer._metrics["train"]["claw/nan_skipped"].append(1.0)
+
+
+def serving_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the weights under the base model's names (LoRA deltas merged in, the model untouched)."""
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    if not isinstance(model, PeftModel):
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    deltas: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, LoraLayer):
+                active = [a for a in module.active_adapters if a in module.lora_A]
+                if active:
+                    deltas[f"{name}.base_layer.weight"] = sum(module.get_delta_weight(a) for a in active)
+        out: dict[str, torch.Tensor] = {}
+        for key, value in model.state_dict().items():
+            if "lora_" in key:
+                continue
+            tensor = value.detach().clone()
+            if key in deltas:
+                tensor += deltas[key].to(tensor.dtype)
+            clean = key.removeprefix("base_model.model.").replace(".base_layer.", ".")
+            out[clean] = tensor
+    return out
+
+
+class WeightPublisher(TrainerCallback):
+    """After each optimizer step (and once at the start, for resumed runs) hand the weights to the serving policy.
+
+    ``publish(weights, version)`` receives a state dict (in-process serving) or, with ``to_disk``, the path of
+    a saved Hugging Face model directory (remote servers); the version is the number of updates applied.
+    """
+
+    def __init__(self, publish: Callable[[Any, int], None], *, to_disk: Path | None = None):
+        self.publish = publish
+        self.to_disk = to_disk
+
+    def _send(self, model: torch.nn.Module, version: int) -> None:
+        if self.to_disk is None:
+            self.publish(serving_state_dict(model), version)
+            return
+        path = self.to_disk / f"v{version}"
+        weights = serving_state_dict(model)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base.save_pretrained(path, state_dict=weights)
+        self.publish(path, version)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self._send(model, state.global_step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self._send(model, state.global_step)

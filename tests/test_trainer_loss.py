@@ -1,0 +1,324 @@
+"""ClawTrainer: TRL's loss on our batches equals a hand-written asymmetric-clip PPO loss; every method learns.
+
+A tiny Qwen3 (a few thousand parameters) built in the test keeps this file fast.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from claw_train.advantages import method_advantages  # noqa: E402
+from claw_train.records import TrainSample, TurnRecord  # noqa: E402
+from claw_train.trainer import (  # noqa: E402
+    ClawConfig,
+    ClawTrainer,
+    FeedClosed,
+    QueueSource,
+    WeightPublisher,
+    collate,
+    serving_state_dict,
+)
+
+pytestmark = pytest.mark.slow
+
+VOCAB = 48
+PAD, EOS = 0, 1
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<eos>": EOS, "<unk>": 2} | {f"t{i}": i for i in range(3, VOCAB)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def tiny_model(seed: int = 0):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=128,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=EOS,
+    )
+    return Qwen3ForCausalLM(cfg)
+
+
+def completion_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0) -> list[float]:
+    """Log-probs of ``completion`` after ``prompt``, computed alone (no padding) — the behaviour policy's view."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1] / temperature
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None])[:, 0].tolist()
+
+
+def make_sample(i: int, rng: random.Random, *, advantages=None, logprobs=None, version: int = 0, prompt=None):
+    prompt = prompt or [rng.randrange(3, VOCAB) for _ in range(rng.randrange(2, 7))]
+    completion = [rng.randrange(3, VOCAB) for _ in range(rng.randrange(1, 6))]
+    turn = TurnRecord(
+        episode_id=f"e{i}",
+        group_id="g",
+        task_id="t",
+        step_index=1,
+        prompt_ids=prompt,
+        completion_ids=completion,
+        logprobs=logprobs or [rng.uniform(-5.0, -2.0) for _ in completion],
+        policy_version=version,
+        messages=[],
+        action_text="",
+    )
+    adv = advantages if advantages is not None else [rng.uniform(-1.0, 1.0) for _ in completion]
+    return TrainSample(turn=turn, advantages=adv, method="combined", score=None, sample_id=f"s{i}")
+
+
+def make_trainer(tmp_path, model, tokenizer, source, **overrides):
+    values = {"max_steps": 1, "report_to": "none", "save_strategy": "no", "samples_per_step": 4}
+    values["per_device_train_batch_size"] = overrides.pop("per_device_train_batch_size", 4)
+    args = ClawConfig.for_model("tiny", tmp_path / "out", **(values | overrides))
+    callbacks = overrides.pop("callbacks", None)
+    return ClawTrainer(model, args, source=source, processing_class=tokenizer, callbacks=callbacks)
+
+
+def hand_ppo_loss(model, samples, temperature: float, eps_low=0.2, eps_high=0.28) -> torch.Tensor:
+    """Asymmetric-clip PPO, token-level, normalised by the number of completion tokens in the batch (dapo)."""
+    total = torch.zeros((), dtype=torch.float64)
+    n_tokens = 0
+    for s in samples:
+        new = torch.tensor(completion_logprobs(model, s.turn.prompt_ids, s.turn.completion_ids, temperature))
+        old = torch.tensor(s.turn.logprobs)
+        adv = torch.tensor(s.advantages)
+        ratio = torch.exp(new - old)
+        clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+        total += (-torch.minimum(ratio * adv, clipped * adv)).double().sum()
+        n_tokens += len(adv)
+    return total / n_tokens
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_loss_equals_hand_written_asymmetric_clip_ppo(tmp_path, tokenizer, temperature):
+    model = tiny_model()
+    rng = random.Random(1)
+    samples = []
+    for i in range(4):
+        s = make_sample(i, rng)
+        true = completion_logprobs(model, s.turn.prompt_ids, s.turn.completion_ids, temperature)
+        # behaviour log-probs around the truth: ratios on both sides of both clip edges
+        s.turn.logprobs = [lp + rng.choice([-0.6, -0.1, 0.05, 0.4]) for lp in true]
+        samples.append(s)
+    source = QueueSource()
+    for s in samples:
+        source.put(s)
+    trainer = make_trainer(tmp_path, model, tokenizer, source, temperature=temperature)
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1  # what the training loop sets for one micro-batch per step
+    inputs = trainer._prepare_inputs([{"prompt": ""}] * 4)
+    loss = trainer.compute_loss(trainer.model, inputs)
+    expected = hand_ppo_loss(model, samples, temperature)
+    assert abs(loss.item() - expected.item()) < 1e-6
+    assert trainer.args.epsilon == 0.2 and trainer.args.epsilon_high == 0.28 and trainer.args.beta == 0.0
+    # both clip edges were exercised, so the test would see a symmetric or missing clip
+    ratios = [
+        r
+        for s in samples
+        for r in torch.exp(
+            torch.tensor(completion_logprobs(model, s.turn.prompt_ids, s.turn.completion_ids, temperature))
+            - torch.tensor(s.turn.logprobs)
+        ).tolist()
+    ]
+    assert min(ratios) < 0.8 and max(ratios) > 1.28
+
+
+def test_collate_pads_prompts_left_and_completions_right():
+    rng = random.Random(0)
+    a, b = make_sample(0, rng, prompt=[5, 6]), make_sample(1, rng, prompt=[7, 8, 9, 10])
+    batch = collate([a, b], PAD)
+    assert batch["prompt_ids"][0].tolist() == [PAD, PAD, 5, 6]
+    assert batch["prompt_mask"][0].tolist() == [0, 0, 1, 1]
+    n = len(a.turn.completion_ids)
+    assert batch["completion_ids"][0, :n].tolist() == a.turn.completion_ids
+    assert batch["completion_mask"][0].sum().item() == n
+    assert batch["advantages"][0, :n].tolist() == pytest.approx(a.advantages)
+    assert batch["old_per_token_logps"][0, :n].tolist() == pytest.approx(a.turn.logprobs)
+    assert batch["num_items_in_batch"].item() == n + len(b.turn.completion_ids)
+
+
+def _opd_sample(model, i, rng, method, score):
+    """A turn judged with ``score`` whose hint makes the teacher prefer the completion differently."""
+    s = make_sample(i, rng)
+    old = completion_logprobs(model, s.turn.prompt_ids, s.turn.completion_ids)
+    hinted = [*s.turn.prompt_ids, 40, 41, 42]  # the hint appended to the prompt
+    teacher = completion_logprobs(model, hinted, s.turn.completion_ids)
+    s.turn.logprobs = old
+    adv = method_advantages(
+        method, len(old), score=score, teacher_logprobs=teacher, old_logprobs=old, w_rl=1.0, w_opd=1.0
+    )
+    assert adv is not None
+    s.advantages = adv
+    return s
+
+
+@pytest.mark.parametrize("method", ["binary", "opd", "combined"])
+def test_every_method_updates_the_weights(tmp_path, tokenizer, method):
+    model = tiny_model()
+    rng = random.Random(2)
+    source = QueueSource()
+    for i in range(4):
+        source.put(_opd_sample(model, i, rng, method, score=rng.choice([-1, 1])))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = make_trainer(tmp_path, model, tokenizer, source, method=method)
+    trainer.train()
+    moved = max((model.state_dict()[k] - before[k]).abs().max().item() for k in before)
+    assert moved > 1e-6
+    assert trainer.counters["trained"] == 4
+
+
+def test_lora_opd_term_moves_lora_parameters_and_reaches_serving(tmp_path, tokenizer):
+    from peft import LoraConfig
+
+    model = tiny_model()
+    rng = random.Random(3)
+    source = QueueSource()
+    for i in range(4):
+        s = _opd_sample(model, i, rng, "combined", score=0)  # zero scalar reward: only the teacher gap remains
+        assert any(abs(a) > 1e-4 for a in s.advantages)
+        source.put(s)
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    published: list[tuple[dict, int]] = []
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    args = ClawConfig.for_model(
+        "tiny", tmp_path / "out", max_steps=1, report_to="none", save_strategy="no", samples_per_step=4,
+        per_device_train_batch_size=4,
+    )  # fmt: skip
+    trainer = ClawTrainer(
+        model,
+        args,
+        source=source,
+        processing_class=tokenizer,
+        peft_config=lora,
+        callbacks=[WeightPublisher(lambda w, v: published.append((w, v)))],
+    )
+    lora_before = {k: v.clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
+    assert lora_before
+    trainer.train()
+    lora_after = dict(trainer.model.named_parameters())
+    assert max((lora_after[k] - v).abs().max().item() for k, v in lora_before.items()) > 1e-6
+    # the serving copy gets base names with the LoRA delta merged in; the base weights themselves are untouched
+    assert [v for _, v in published] == [0, 1]
+    served = published[-1][0]
+    assert set(served) == set(base)
+    assert (
+        served["model.layers.0.self_attn.q_proj.weight"] - base["model.layers.0.self_attn.q_proj.weight"]
+    ).abs().max() > 0
+    assert torch.equal(served["model.layers.0.mlp.up_proj.weight"], base["model.layers.0.mlp.up_proj.weight"])
+    assert torch.equal(
+        published[0][0]["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"]
+    )
+    merged = tiny_model()
+    merged.load_state_dict(served)
+    s = make_sample(9, rng)
+    assert completion_logprobs(merged, s.turn.prompt_ids, s.turn.completion_ids) == pytest.approx(
+        completion_logprobs(trainer.model, s.turn.prompt_ids, s.turn.completion_ids), abs=1e-5
+    )
+    assert serving_state_dict(trainer.model).keys() == base.keys()
+
+
+@pytest.mark.timeout(60)
+def test_stale_and_malformed_samples_are_dropped_and_counted(tmp_path, tokenizer):
+    model = tiny_model()
+    rng = random.Random(4)
+    source = QueueSource()
+    bad = make_sample(1, rng)
+    bad.advantages = [*bad.advantages[:-1], float("nan")]
+    short = make_sample(2, rng)
+    short.turn.logprobs = [*short.turn.logprobs, 0.0]
+    for s in [make_sample(0, rng), bad, short, *(make_sample(i, rng) for i in range(3, 6))]:
+        source.put(s)  # step 0 (version 0): 0, 3, 4, 5 train; the two malformed ones are dropped
+    for i in range(6, 8):
+        source.put(make_sample(i, rng, version=0))  # step 1 (version 1): one version old > max_staleness 0
+    for i in range(8, 12):
+        source.put(make_sample(i, rng, version=1))
+    source.close()
+    trainer = make_trainer(tmp_path, model, tokenizer, source, max_steps=2, max_staleness=0)
+    trainer.train()
+    assert trainer.counters["trained"] == 8
+    assert trainer.counters["invalid_dropped"] == 2
+    assert trainer.counters["stale_dropped"] == 2
+    assert any("non-finite" in r for r in trainer.invalid_reasons)
+    assert any("log-probs" in r for r in trainer.invalid_reasons)
+    logged = [h for h in trainer.state.log_history if "claw/stale_dropped" in h]
+    assert [h["claw/stale_dropped"] for h in logged] == [0.0, 2.0]
+
+
+@pytest.mark.timeout(60)
+def test_samples_within_max_staleness_are_kept(tmp_path, tokenizer):
+    model = tiny_model()
+    rng = random.Random(5)
+    source = QueueSource()
+    for i in range(8):
+        source.put(make_sample(i, rng, version=0))  # steps 0 and 1: at most one version old
+    for i in range(8, 12):
+        source.put(make_sample(i, rng, version=1))  # step 2: one version old
+    source.close()
+    trainer = make_trainer(tmp_path, model, tokenizer, source, max_steps=4, max_staleness=1)
+    with pytest.raises(FeedClosed):
+        trainer.train()  # step 3 finds the source closed
+    assert trainer.counters["trained"] == 12
+    assert trainer.counters["stale_dropped"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_nan_loss_skips_the_step_without_touching_weights(tmp_path, tokenizer):
+    model = tiny_model()
+    rng = random.Random(6)
+    source = QueueSource()
+    for i in range(4):
+        s = make_sample(i, rng)
+        if i == 0:
+            s.turn.logprobs[0] = float("nan")  # a broken behaviour log-prob: the loss is NaN
+        source.put(s)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = make_trainer(tmp_path, model, tokenizer, source)
+    trainer.train()
+    assert trainer.counters["nan_skipped"] == 1
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
+    assert trainer.state.global_step == 1
+
+
+@pytest.mark.timeout(60)
+def test_closed_source_stops_the_trainer(tmp_path, tokenizer):
+    source = QueueSource()
+    source.close()
+    trainer = make_trainer(tmp_path, tiny_model(), tokenizer, source)
+    with pytest.raises(FeedClosed):
+        trainer.train()
+
+
+def test_config_defaults_and_presets(tmp_path):
+    cfg = ClawConfig.for_model("Qwen/Qwen3-4B", tmp_path, report_to="none")
+    assert (cfg.learning_rate, cfg.weight_decay, cfg.adam_beta2) == (1e-5, 0.1, 0.98)
+    assert cfg.loss_type == "dapo" and cfg.lr_scheduler_type == "constant" and cfg.samples_per_step == 16
+    assert cfg.use_cpu and not cfg.bf16 and not cfg.gradient_checkpointing
+    tiny = ClawConfig.for_model("tiny", tmp_path, report_to="none", per_device_train_batch_size=4)
+    assert tiny.learning_rate != cfg.learning_rate
+    assert tiny.gradient_accumulation_steps == 4 and tiny.steps_per_generation == 4
+    with pytest.raises(ValueError, match="method"):
+        ClawConfig.for_model("tiny", tmp_path, method="ppo", report_to="none")
+    with pytest.raises(ValueError, match="multiple"):
+        ClawConfig.for_model("tiny", tmp_path, per_device_train_batch_size=5, report_to="none")
