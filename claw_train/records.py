@@ -44,3 +44,34 @@ class TrainSample:
     score: float | None = None
     hint: str | None = None
     sample_id: str = ""
+
+
+@dataclass
+class EpisodeRecord:
+    """One episode, token-exact: its turns and the whole token stream the policy saw and produced.
+
+    ``token_ids`` is the first prompt followed, turn by turn, by the generated tokens and the
+    observation segments; ``loss_mask`` is 1 exactly on generated tokens and ``logprobs`` holds their
+    behaviour log-probs (0.0 elsewhere). Every turn's ``prompt_ids`` is a prefix of ``token_ids``.
+    ``messages`` is the chat as the policy saw it (assistant turns as generated text, env messages
+    verbatim) and ``tools`` the tool schemas the prompt was rendered with; ``env_messages`` is the env's
+    own final history, which may store assistant turns in another form (e.g. OpenAI ``tool_calls``).
+    """
+
+    episode_id: str
+    group_id: str
+    task_id: str
+    turns: list[TurnRecord]
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    env_messages: list[dict[str, Any]] = field(default_factory=list)
+    outcome: float | None = None
+    total_reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    status: str = "ok"
+    seed: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import math
@@ -94,7 +95,9 @@ def build_tiny(cache_dir: str | os.PathLike[str] | None = None, *, spec: TinySpe
     root = _cache_root(cache_dir)
     corpus = tokenizer_corpus()
     template = chat_template()
-    key = _digest({"kind": "base", "spec": asdict(spec), "corpus": _digest(corpus), "template": template, "src": _source()})
+    key = _digest(
+        {"kind": "base", "spec": asdict(spec), "corpus": _digest(list(corpus)), "template": template, "src": _source()}
+    )
     return _cached(root, f"base-{key}", lambda out: _build_base(out, corpus, template, spec))
 
 
@@ -155,9 +158,10 @@ def chat_template() -> str:
     return (files("trl") / "chat_templates" / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
 
 
-def tokenizer_corpus() -> list[str]:
-    """The text the tokenizer is trained on: generated prose, markdown, code, tool calls, chat renders
-    and the registered built-in families' demonstrations. Deterministic."""
+@functools.lru_cache(maxsize=1)
+def tokenizer_corpus() -> tuple[str, ...]:
+    """The text the tokenizer is trained on: generated prose, markdown, code, tool calls and the
+    registered built-in families' demonstrations. Deterministic (computed once per process)."""
     rng = random.Random(1234)
     texts = [_sentence(rng) for _ in range(3000)]
     texts += [_markdown(rng) for _ in range(300)]
@@ -177,13 +181,13 @@ def tokenizer_corpus() -> list[str]:
         for row in rows:
             texts.extend(str(m.get("content", "")) for m in row["messages"])
             texts.append(row["completion"])
-    return texts
+    return tuple(texts)
 
 
 # -- building --------------------------------------------------------------------------------
 
 
-def _build_base(out: Path, corpus: list[str], template: str, spec: TinySpec) -> None:
+def _build_base(out: Path, corpus: Sequence[str], template: str, spec: TinySpec) -> None:
     import torch
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
@@ -221,7 +225,7 @@ def _build_base(out: Path, corpus: list[str], template: str, spec: TinySpec) -> 
     model.save_pretrained(out)
 
 
-def _train_tokenizer(corpus: list[str], vocab_size: int) -> Any:
+def _train_tokenizer(corpus: Sequence[str], vocab_size: int) -> Any:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -279,7 +283,7 @@ def _train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             advance(f"loss {sum(losses[-20:]) / len(losses[-20:]):.3f}  step {step + 1}")
     model.eval()
     model.save_pretrained(out)

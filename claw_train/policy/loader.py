@@ -1,0 +1,73 @@
+"""``load_policy(model, policy)``: one call from CLI strings to a serving policy.
+
+``model`` is ``tiny`` (the offline tiny model, bootstrapped on ``family``), a Hugging Face id or a local
+directory. ``policy`` is ``inprocess``, ``sglang://host:port[,host:port…]`` or ``openai://host:port[/v1]``
+(``openai+https://…`` for TLS).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from claw_train.policy.base import Policy, PolicyError
+
+SCHEMES = ("inprocess", "sglang://", "openai://", "openai+https://")
+
+
+def resolve_model(model: str = "tiny", *, family: str = "conversation", progress: bool = True) -> str:
+    """The path or hub id behind ``model``; ``tiny`` builds (or finds cached) the tiny model for ``family``."""
+    if model == "tiny":
+        from claw_train.tiny import bootstrap
+
+        return str(bootstrap(family, progress=progress))
+    if not model:
+        raise PolicyError("model is empty; use 'tiny', a Hugging Face id (org/name) or a local directory")
+    return model
+
+
+def load_policy(
+    model: str = "tiny",
+    policy: str = "inprocess",
+    *,
+    family: str = "conversation",
+    device: str = "cpu",
+    max_batch: int = 8,
+    api_key: str | None = None,
+    progress: bool = True,
+    **kwargs: Any,
+) -> Policy:
+    """Build the policy backend ``policy`` serving ``model`` (see the module docstring)."""
+    if policy == "inprocess":
+        from claw_train.policy.inprocess import InProcessPolicy
+
+        return InProcessPolicy(resolve_model(model, family=family, progress=progress), device=device, max_batch=max_batch)
+    if policy.startswith("sglang://"):
+        from claw_train.policy.sglang import SGLangPolicy
+
+        hosts = [h.strip() for h in policy.removeprefix("sglang://").split(",") if h.strip()]
+        if not hosts:
+            raise PolicyError(f"no server in {policy!r}; write sglang://host:port[,host:port]")
+        tokenizer = kwargs.pop("tokenizer_path", None) or _tokenizer_source(model, family, progress)
+        return SGLangPolicy([f"http://{h}" for h in hosts], tokenizer, **kwargs)
+    if policy.startswith(("openai://", "openai+https://")):
+        from claw_train.policy.openai import OpenAIPolicy
+
+        scheme, _, rest = policy.partition("://")
+        if not rest:
+            raise PolicyError(f"no server in {policy!r}; write openai://host:port[/v1]")
+        base = f"{'https' if scheme.endswith('https') else 'http'}://{rest}"
+        if not base.rstrip("/").endswith("/v1"):
+            base = base.rstrip("/") + "/v1"
+        name = kwargs.pop("model_name", None) or model
+        return OpenAIPolicy(base, name, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), **kwargs)
+    raise PolicyError(f"unknown policy {policy!r}; use one of: inprocess, sglang://host:port, openai://host:port")
+
+
+def _tokenizer_source(model: str, family: str, progress: bool) -> str:
+    """SGLang servers hold the weights; the client only needs the tokenizer (for the chat template)."""
+    source = resolve_model(model, family=family, progress=progress)
+    if Path(source).expanduser().exists() or source.count("/") == 1:
+        return source
+    raise PolicyError(f"model path {source!r} does not exist")

@@ -1,0 +1,347 @@
+"""Env ↔ policy episodes with token-exact records.
+
+The first prompt is the chat template's render of the opening messages (with the generation prompt).
+After that nothing is re-rendered: each turn appends exactly the tokens the policy generated, then the
+env's new message(s) as a template *segment* (``\\n<|im_start|>user\\n…<|im_end|>\\n<|im_start|>assistant\\n``
+for Qwen-style templates), tokenized on its own. The loss mask is 1 exactly on generated tokens.
+:func:`check_drift` compares such a record with a fresh render of the final messages.
+
+A generation cut off by ``max_new_tokens`` (even mid tool call) is sent to the env as it is — the env
+answers with its parse error — and the turn keeps ``finish_reason="length"``; the end-of-turn token the
+template expects is appended with loss mask 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
+from claw_train.records import EpisodeRecord, TurnRecord
+
+_SENTINEL = "\u2063claw-segment-probe\u2063"
+
+
+class TokenTranscript:
+    """The growing token stream of one episode (see the module docstring)."""
+
+    def __init__(
+        self, tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ):
+        self.tokenizer = tokenizer
+        self.tools = [dict(t) for t in tools] if tools else None
+        self.messages: list[dict[str, Any]] = [dict(m) for m in messages]
+        self.env_messages: list[dict[str, Any]] = [dict(m) for m in messages]
+        if not self.messages:
+            raise PolicyError("an episode needs at least one opening message")
+        text = tokenizer.apply_chat_template(self.messages, tools=self.tools, add_generation_prompt=True, tokenize=False)
+        self.ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
+        self.mask: list[int] = [0] * len(self.ids)
+        self.logprobs: list[float] = [0.0] * len(self.ids)
+        self.end_of_turn, self._after_turn = _turn_end(tokenizer, self.tools)
+        self.end_of_turn_ids: list[int] = tokenizer.encode(self.end_of_turn, add_special_tokens=False)
+
+    def add_completion(self, completion: Completion) -> None:
+        """Append the generated tokens (mask 1) and, if generation stopped early, the end-of-turn token (mask 0)."""
+        if len(completion.logprobs) != len(completion.token_ids):
+            raise PolicyError(
+                f"completion has {len(completion.token_ids)} tokens but {len(completion.logprobs)} log-probs"
+            )
+        if not completion.token_ids and completion.text:
+            raise PolicyError("this policy backend returns no token ids; token-exact rollouts need inprocess or sglang")
+        self.ids += completion.token_ids
+        self.mask += [1] * len(completion.token_ids)
+        self.logprobs += list(completion.logprobs)
+        n = len(self.end_of_turn_ids)
+        if self.ids[-n:] != self.end_of_turn_ids:
+            self.ids += self.end_of_turn_ids
+            self.mask += [0] * n
+            self.logprobs += [0.0] * n
+        self.messages.append({"role": "assistant", "content": completion.text})
+
+    def add_messages(self, new: Sequence[Mapping[str, Any]]) -> None:
+        """Append the env's new messages as one template segment ending in the generation prompt (mask 0)."""
+        seg = segment_text(self.tokenizer, new, self.tools)
+        ids = self.tokenizer.encode(seg, add_special_tokens=False)
+        self.ids += ids
+        self.mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+        self.messages += [dict(m) for m in new]
+
+    def sync(self, env_messages: Sequence[Mapping[str, Any]]) -> None:
+        """Append what the env added since our last assistant message; raise if the histories disagree.
+
+        An env may store an assistant turn in another form (e.g. OpenAI ``tool_calls``); the transcript
+        keeps the text the policy generated, so assistant entries are compared by role only.
+        """
+        known = len(self.messages)
+        if len(env_messages) < known:
+            raise PolicyError(f"the env's chat history has {len(env_messages)} messages, the rollout's {known}")
+        for i, (ours, theirs) in enumerate(zip(self.messages, env_messages, strict=False)):
+            same = ours["role"] == theirs.get("role") and (ours["role"] == "assistant" or ours == dict(theirs))
+            if not same:
+                raise PolicyError(f"the env's chat history differs from the rollout's at message {i}")
+        self.env_messages = [dict(m) for m in env_messages]
+        self.add_messages(env_messages[known:])
+
+
+def segment_text(tokenizer: Any, new: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> str:
+    """The template text that follows an assistant turn's end-of-turn token when ``new`` messages are added,
+    through the next generation prompt (found by rendering a probe conversation, so any template works)."""
+    _eot, after = _turn_end(tokenizer, tools, [dict(m) for m in new])
+    return after
+
+
+def _turn_end(
+    tokenizer: Any, tools: Sequence[Mapping[str, Any]] | None, new: list[dict[str, Any]] | None = None
+) -> tuple[str, str]:
+    probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _SENTINEL}, *(new or [])]
+    text = tokenizer.apply_chat_template(probe, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False)
+    if text.count(_SENTINEL) != 1:
+        raise PolicyError("the chat template does not render assistant content verbatim; cannot build token segments")
+    after = text.split(_SENTINEL, 1)[1]
+    specials = sorted(tokenizer.all_special_tokens, key=len, reverse=True)
+    eot = next((s for s in specials if after.startswith(s)), None)
+    if eot is None:
+        raise PolicyError("the chat template does not end assistant turns with a special token; cannot segment")
+    return eot, after[len(eot) :]
+
+
+# -- episodes ------------------------------------------------------------------------------------
+
+
+def _tokenizer_of(policy: Policy) -> Any:
+    tok = getattr(policy, "tokenizer", None)
+    if tok is None:
+        raise PolicyError(f"{type(policy).__name__} has no tokenizer; token-exact rollouts need inprocess or sglang")
+    return tok
+
+
+class EpisodeAgent:
+    """Plays one episode through ``agent(obs, info) -> action`` calls (the env pool's agent interface),
+    keeping the token-exact record; :meth:`finish` closes it with the final step's results."""
+
+    def __init__(
+        self, policy: Policy, sampling: SamplingParams, *, group_id: str = "", episode_id: str | None = None
+    ):
+        self.policy = policy
+        self.sampling = sampling
+        self.tokenizer = _tokenizer_of(policy)
+        self.group_id = group_id
+        self.episode_id = episode_id or uuid.uuid4().hex[:12]
+        self.transcript: TokenTranscript | None = None
+        self.turns: list[TurnRecord] = []
+        self.task_id = ""
+        self._pending: tuple[list[int], list[dict[str, Any]], Completion] | None = None
+
+    async def __call__(self, obs: Any, info: Mapping[str, Any]) -> str:
+        if self.transcript is None:
+            self.transcript = TokenTranscript(self.tokenizer, info["messages"], info.get("tools"))
+            self.task_id = str(info.get("task_id") or "")
+        else:
+            self.observe(0.0, info)
+        prompt_ids = list(self.transcript.ids)
+        before = [dict(m) for m in self.transcript.messages]
+        completion = await self.policy.generate(prompt_ids, self.sampling)
+        self.transcript.add_completion(completion)
+        self._pending = (prompt_ids, before, completion)
+        return completion.text
+
+    def observe(self, reward: float, info: Mapping[str, Any]) -> None:
+        """Record the env's answer to the pending action (its new messages, next state and status)."""
+        if self._pending is None or self.transcript is None:
+            return
+        prompt_ids, before, completion = self._pending
+        self._pending = None
+        self.transcript.sync(info["messages"])
+        self.turns.append(
+            TurnRecord(
+                episode_id=self.episode_id,
+                group_id=self.group_id,
+                task_id=self.task_id,
+                step_index=int(info.get("step_index", len(self.turns) + 1)),
+                prompt_ids=prompt_ids,
+                completion_ids=list(completion.token_ids),
+                logprobs=list(completion.logprobs),
+                policy_version=completion.policy_version,
+                messages=before,
+                action_text=completion.text,
+                finish_reason=completion.finish_reason,
+                next_state=info.get("next_state"),
+                reward=float(reward),
+                status=str(info.get("status", "ok")),
+            )
+        )
+
+    def finish(
+        self, *, terminated: bool, truncated: bool, seed: int | None = None, info: Mapping[str, Any] | None = None
+    ) -> EpisodeRecord:
+        """The finished episode's record."""
+        if self.transcript is None:
+            raise PolicyError("the episode never asked the policy for an action")
+        ns = self.turns[-1].next_state if self.turns else None
+        statuses = [t.status for t in self.turns if t.status != "ok"]
+        return EpisodeRecord(
+            episode_id=self.episode_id,
+            group_id=self.group_id,
+            task_id=self.task_id,
+            turns=self.turns,
+            token_ids=list(self.transcript.ids),
+            loss_mask=list(self.transcript.mask),
+            logprobs=list(self.transcript.logprobs),
+            messages=[dict(m) for m in self.transcript.messages],
+            env_messages=self.transcript.env_messages,
+            tools=self.transcript.tools,
+            outcome=getattr(ns, "outcome", None),
+            total_reward=sum(t.reward for t in self.turns),
+            terminated=terminated,
+            truncated=truncated,
+            status=statuses[-1] if statuses else "ok",
+            seed=seed,
+            info=dict(info or {}),
+        )
+
+
+async def rollout_episode(
+    env: Any,
+    policy: Policy,
+    sampling: SamplingParams,
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    group_id: str = "",
+    episode_id: str | None = None,
+) -> EpisodeRecord:
+    """Run one episode of a ClawEnv (``areset``/``astep``; a ``gym.make`` wrapper is unwrapped) against ``policy``."""
+    base = env if hasattr(env, "astep") else env.unwrapped
+    agent = EpisodeAgent(policy, sampling, group_id=group_id, episode_id=episode_id)
+    obs, info = await base.areset(seed=seed, options=options)
+    terminated = truncated = False
+    while not (terminated or truncated):
+        action = await agent(obs, info)
+        obs, reward, terminated, truncated, info = await base.astep(action)
+        agent.observe(reward, info)
+    return agent.finish(terminated=terminated, truncated=truncated, seed=seed)
+
+
+async def rollout_group(
+    source: Any,
+    policy: Policy,
+    task_options: Sequence[dict[str, Any]],
+    G: int,
+    sampling: SamplingParams,
+    *,
+    seed: int = 0,
+    concurrency: int | None = None,
+) -> list[list[EpisodeRecord]]:
+    """``G`` rollouts of each task in ``task_options`` (e.g. ``{"task_id": …}``), one list per task (its group).
+
+    ``source`` is an env pool with ``run_episode(agent, seed=, options=)`` (``claw_envs.pool.EnvPool``)
+    or a factory returning a fresh ClawEnv per episode. Rollout ``g`` of task ``t`` resets with seed
+    ``seed + t * G + g``; its group id is the task id (or ``task-t``).
+    """
+    if G < 1:
+        raise ValueError(f"G must be >= 1, got {G}")
+    limit = asyncio.Semaphore(concurrency or max(1, len(task_options) * G))
+
+    async def one(t: int, g: int, options: dict[str, Any]) -> EpisodeRecord:
+        group = str(options.get("task_id", f"task-{t}"))
+        episode_seed = seed + t * G + g
+        async with limit:
+            if hasattr(source, "run_episode"):
+                return await _pool_episode(source, policy, sampling, episode_seed, options, group)
+            env = source()
+            try:
+                return await rollout_episode(env, policy, sampling, seed=episode_seed, options=options, group_id=group)
+            finally:
+                await _close(env)
+
+    jobs = [[one(t, g, dict(opts)) for g in range(G)] for t, opts in enumerate(task_options)]
+    flat = await asyncio.gather(*[job for group in jobs for job in group])
+    return [list(flat[t * G : (t + 1) * G]) for t in range(len(task_options))]
+
+
+async def _pool_episode(
+    pool: Any, policy: Policy, sampling: SamplingParams, seed: int, options: dict[str, Any], group: str
+) -> EpisodeRecord:
+    agent = EpisodeAgent(policy, sampling, group_id=group)
+    result = await pool.run_episode(agent, seed=seed, options=options)
+    final = _final_step(result)
+    if final is not None:
+        reward, info = final
+        agent.observe(reward, info)
+    return agent.finish(
+        terminated=bool(getattr(result, "terminated", False)),
+        truncated=bool(getattr(result, "truncated", False)),
+        seed=seed,
+        info={"pool_status": str(getattr(result, "status", "ok"))},
+    )
+
+
+def _final_step(result: Any) -> tuple[float, Mapping[str, Any]] | None:
+    """The last step's (reward, info) from a pool's episode result."""
+    steps = getattr(result, "steps", None) or getattr(result, "transitions", None)
+    if steps:
+        last = steps[-1]
+        return float(getattr(last, "reward", 0.0)), getattr(last, "info", {})
+    info = getattr(result, "final_info", None) or getattr(result, "info", None)
+    if isinstance(info, Mapping) and "messages" in info:
+        return float(getattr(result, "last_reward", 0.0)), info
+    return None
+
+
+async def _close(env: Any) -> None:
+    closer: Callable[[], Awaitable[None]] | None = getattr(env, "aclose", None) or getattr(
+        getattr(env, "unwrapped", None), "aclose", None
+    )
+    if closer is not None:
+        await closer()
+
+
+# -- drift check ---------------------------------------------------------------------------------
+
+
+def check_drift(record: EpisodeRecord, tokenizer: Any) -> list[str]:
+    """Differences between ``record``'s tokens and a fresh chat-template render of its final messages.
+
+    Empty means token-exact. Each entry says where and what: a text difference (the record does not
+    decode to the transcript), a token difference (same text, other tokens: the policy produced a
+    non-canonical tokenization, or a segment was tokenized differently), a bad loss mask, or a turn
+    whose prompt/completion does not sit where it should in the episode's token stream.
+    """
+    problems: list[str] = []
+    n = len(record.token_ids)
+    if len(record.loss_mask) != n or len(record.logprobs) != n:
+        problems.append(f"lengths differ: {n} tokens, {len(record.loss_mask)} mask, {len(record.logprobs)} log-probs")
+    fresh_text = tokenizer.apply_chat_template(
+        record.messages, tools=record.tools, add_generation_prompt=True, tokenize=False
+    )
+    text = tokenizer.decode(record.token_ids, skip_special_tokens=False)
+    if text != fresh_text:
+        i = next((k for k, (a, b) in enumerate(zip(text, fresh_text, strict=False)) if a != b), min(len(text), len(fresh_text)))
+        problems.append(
+            f"text differs at character {i}: record {text[max(0, i - 20) : i + 30]!r} vs render {fresh_text[max(0, i - 20) : i + 30]!r}"
+        )
+    fresh = tokenizer.encode(fresh_text, add_special_tokens=False)
+    if fresh != record.token_ids:
+        i = next((k for k, (a, b) in enumerate(zip(record.token_ids, fresh, strict=False)) if a != b), min(n, len(fresh)))
+        where = "a generated span" if i < len(record.loss_mask) and record.loss_mask[i] else "template/observation tokens"
+        problems.append(
+            f"tokens differ from the fresh render at token {i} ({where}): record has {n} tokens, render {len(fresh)}"
+        )
+    expected_mask = [0] * n
+    for k, turn in enumerate(record.turns):
+        start, end = len(turn.prompt_ids), len(turn.prompt_ids) + len(turn.completion_ids)
+        if record.token_ids[:start] != turn.prompt_ids:
+            problems.append(f"turn {k}: its prompt ids are not a prefix of the episode's tokens")
+        if record.token_ids[start:end] != turn.completion_ids:
+            problems.append(f"turn {k}: its completion ids do not follow its prompt in the episode's tokens")
+        if len(turn.logprobs) != len(turn.completion_ids):
+            problems.append(f"turn {k}: {len(turn.completion_ids)} tokens but {len(turn.logprobs)} log-probs")
+        expected_mask[start:end] = [1] * (end - start)
+    if record.loss_mask != expected_mask[: len(record.loss_mask)]:
+        i = next((k for k, (a, b) in enumerate(zip(record.loss_mask, expected_mask, strict=False)) if a != b), n)
+        problems.append(f"loss mask is wrong at token {i}: it must be 1 exactly on generated tokens")
+    return problems

@@ -1,0 +1,141 @@
+"""The offline tiny model: build, load by path, cache, tokenizer round trips, chat template, bootstrap."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from claw_train import tiny
+
+
+@pytest.fixture(scope="module")
+def tiny_path() -> Path:
+    return tiny.build_tiny()
+
+
+def test_build_loads_by_path_like_a_hub_model(tiny_path):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path)
+    tok = AutoTokenizer.from_pretrained(tiny_path)
+    assert AutoConfig.from_pretrained(tiny_path).model_type == "qwen3"
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 100_000 < n_params <= 3_000_000
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert model.generation_config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    assert model.config.vocab_size == len(tok)
+    for special in (*tiny.SPECIAL_TOKENS, *tiny.MARKUP_TOKENS):
+        assert len(tok.encode(special, add_special_tokens=False)) == 1, special
+
+
+def test_cache_hit_reuses_the_directory_without_building(tiny_path, monkeypatch):
+    def must_not_build(*_args, **_kwargs):
+        raise AssertionError("a cache hit must not rebuild")
+
+    monkeypatch.setattr(tiny, "_build_base", must_not_build)
+    assert tiny.build_tiny() == tiny_path
+    assert (tiny_path / tiny.MARKER).exists()
+
+
+def test_cache_key_follows_inputs_and_a_lock_serialises_builders(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_build(out, corpus, template, spec):
+        calls.append(spec)
+        threading.Event().wait(0.3)  # long enough for a second builder to arrive while this one holds the lock
+        (out / "config.json").write_text(json.dumps({"hidden": spec.hidden_size}))
+
+    monkeypatch.setattr(tiny, "_build_base", fake_build)
+    small = tiny.TinySpec(hidden_size=64)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(tiny.build_tiny(tmp_path, spec=small))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and results[0] == results[1]
+    other = tiny.build_tiny(tmp_path, spec=tiny.TinySpec(hidden_size=96))
+    assert other != results[0] and len(calls) == 2
+    assert tiny.build_tiny(tmp_path, spec=small) == results[0] and len(calls) == 2
+    assert not list(tmp_path.glob("*.tmp-*")), "temporary build directories must be cleaned up"
+
+
+def test_failed_build_leaves_no_cache_entry(tmp_path, monkeypatch):
+    def broken(out, *_args):
+        (out / "half.txt").write_text("partial")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(tiny, "_build_base", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        tiny.build_tiny(tmp_path)
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+
+
+def test_tokenizer_round_trips_any_text(tiny_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_path)
+    rng = random.Random(7)
+    samples = [
+        "plain words, digits 0123456789 and punctuation!?",
+        "e\u0301 vs \u00e9 (no normalisation), tabs\tand\r\nCRLF, nul \x00 and \x7f",
+        "中文 日本語 한국어 العربية עברית 😀🎉👩‍👩‍👧 \U0001f9ea",
+        "  leading and trailing spaces  ",
+        "<tool_call>{\"name\": \"python\"}</tool_call> <|im_end|> literal specials",
+    ]
+    for _ in range(200):
+        samples.append("".join(chr(rng.choice([rng.randrange(0, 0xD800), rng.randrange(0xE000, 0x110000)])) for _ in range(12)))
+    for s in samples:
+        ids = tok.encode(s, add_special_tokens=False)
+        assert tok.decode(ids, skip_special_tokens=False) == s, repr(s)
+    assert tok.unk_token is None  # every byte has a token: nothing is ever unknown
+
+
+def test_chat_template_renders_tool_calls_and_responses(tiny_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_path)
+    tools = [{"type": "function", "function": {"name": "python", "parameters": {"type": "object"}}}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 6*7?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "python", "arguments": {"code": "print(6*7)"}}}],
+        },
+        {"role": "tool", "content": "42"},
+    ]
+    text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
+    assert '"name": "python"' in text.split("\n</tools>")[0]
+    assert '<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call><|im_end|>' in text
+    assert "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    ids = tok.encode(text, add_special_tokens=False)
+    assert ids.count(tok.convert_tokens_to_ids("<tool_call>")) == text.count("<tool_call>") == 3  # 2 in the system text
+    assert tok.decode(ids, skip_special_tokens=False) == text
+
+
+def test_bootstrap_trains_on_a_family_and_is_cached(tiny_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    path = tiny.bootstrap("echo", steps=12, progress=False)
+    report = json.loads((path / "bootstrap.json").read_text())
+    assert report["env_id"] == "claw/Echo-v0" and report["settings"]["steps"] == 12
+    base = AutoModelForCausalLM.from_pretrained(tiny_path).state_dict()
+    trained = AutoModelForCausalLM.from_pretrained(path).state_dict()
+    assert any(not base[k].equal(trained[k]) for k in base)
+    monkeypatch.setattr(tiny, "_train", lambda *a, **k: pytest.fail("a cached bootstrap must not retrain"))
+    assert tiny.bootstrap("claw/Echo-v0", steps=12, progress=False) == path
+
+
+def test_bootstrap_bad_inputs_are_clear():
+    with pytest.raises(ValueError, match="unknown family 'nope'"):
+        tiny.bootstrap("nope", steps=1, progress=False)
+    with pytest.raises(ValueError, match="steps must be >= 0"):
+        tiny.bootstrap("echo", steps=-1, progress=False)
