@@ -204,7 +204,7 @@ def _mul_add(rng, name, pron, items, thing):
 
 
 def _change(rng, name, pron, items, thing):
-    a, b = int(rng.integers(1, 6)), int(rng.integers(2, 5))
+    a, b = int(rng.integers(2, 6)), int(rng.integers(2, 5))
     bill = 10 if a * b < 10 else 20 if a * b < 20 else 50
     q = (
         f"A {thing} costs {a} dollars. {name} buys {b} of them and pays with a {bill} dollar bill. "

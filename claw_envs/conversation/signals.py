@@ -48,6 +48,9 @@ _DIRECTIVE = re.compile(
     re.I,
 )
 
+_CLAUSE = re.compile(r"[,;:]\s*|\s(?:but|and)\s+", re.I)
+_LEADING_CONJUNCTION = re.compile(r"^(?:(?:and|but|so|oh)[,\s]+)+", re.I)
+
 
 @dataclass(frozen=True)
 class Signals:
@@ -64,8 +67,18 @@ def sentences(text: str) -> list[str]:
 
 
 def corrective_sentence(text: str) -> str | None:
-    """The first sentence of ``text`` phrased as an instruction, or ``None``."""
-    return next((s for s in sentences(text) if _DIRECTIVE.match(s)), None)
+    """The first sentence of ``text`` phrased as an instruction, else the first such clause
+    ("thanks, but please don't use bold." → "please don't use bold."), else ``None``."""
+    parts = sentences(text)
+    whole = next((s for s in parts if _DIRECTIVE.match(s)), None)
+    if whole is not None:
+        return whole
+    for s in parts:
+        for cut in _CLAUSE.finditer(s):
+            clause = _LEADING_CONJUNCTION.sub("", s[cut.end() :])
+            if _DIRECTIVE.match(clause):
+                return clause
+    return None
 
 
 def extract_signals(text: str) -> Signals:
