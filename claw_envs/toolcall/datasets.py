@@ -3,9 +3,10 @@
 Every task's ``data`` has ``question`` and ``answer`` (a string) plus ``source``; the built-in set also
 has ``code``, a program that prints the answer (for scripted agents and demonstrations).
 
-* Named (from the Hugging Face hub, only when asked): ``aime2024`` (``HuggingFaceH4/aime_2024``, 30
-  problems), ``dapo-math`` (``BytedTsinghua-SIA/DAPO-Math-17k``, de-duplicated by its index), ``gsm8k``
-  (``openai/gsm8k``, the number after ``####``).
+* Named (from the Hugging Face hub through ``datasets``, only when asked): ``aime2024``
+  (``HuggingFaceH4/aime_2024``, 30 problems), ``dapo-math`` (``BytedTsinghua-SIA/DAPO-Math-17k``, its
+  repeated rows dropped by ``extra_info.index`` before any task is built), ``gsm8k`` (``openai/gsm8k``
+  test split, the number after ``####``).
 * A JSONL or parquet path, with an optional field mapping after ``#``: ``data.jsonl#question=problem,
   answer=final,id=uid`` (ours=theirs). Without one, ``question`` is the first of problem/question/prompt/
   query, ``answer`` the first of answer/final_answer/ground_truth/target, else the last ``\\boxed{}`` of
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource, load_hf, load_jsonl, load_rows
+from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource, load_jsonl, load_rows
 from claw_envs.toolcall.parse import last_boxed
 
 SEEDS = {"train": range(0, 1_000_000), "test": range(1_000_000, 1_010_000)}
@@ -36,7 +37,11 @@ ANSWER_FIELDS = ("answer", "final_answer", "ground_truth", "target")
 
 @dataclass(frozen=True)
 class NamedDataset:
-    """Where a named benchmark lives on the hub and how its rows become ``question``/``answer``."""
+    """Where a named benchmark lives on the hub and how its rows become tasks.
+
+    ``id_field`` (dotted for nested fields) names each task ``<name>-<value>``, else ``<name>-<row>``;
+    rows repeating an earlier ``id_field`` value are dropped (DAPO-Math repeats each problem ~100 times).
+    """
 
     hf_id: str
     hf_split: str
@@ -76,7 +81,7 @@ def _clean_gsm8k(row: Mapping[str, Any]) -> dict[str, Any]:
 
 NAMED: dict[str, NamedDataset] = {
     "aime2024": NamedDataset("HuggingFaceH4/aime_2024", "train", _clean_aime, id_field="id"),
-    "dapo-math": NamedDataset("BytedTsinghua-SIA/DAPO-Math-17k", "train", _clean_dapo),
+    "dapo-math": NamedDataset("BytedTsinghua-SIA/DAPO-Math-17k", "train", _clean_dapo, id_field="extra_info.index"),
     "gsm8k": NamedDataset("openai/gsm8k", "test", _clean_gsm8k, config="main"),
 }
 
@@ -161,15 +166,31 @@ def make_arithmetic(seed: int) -> dict[str, Any]:
 
 def _load_named(name: str, split: str) -> TaskList:
     spec = NAMED[name]
-    raw = load_hf(spec.hf_id, split=spec.hf_split, config=spec.config, id_field=spec.id_field)
-    tasks: dict[str, Task] = {}
-    for i, task in enumerate(raw):
-        if name == "dapo-math":
-            tid = f"{name}-{task.data.get('extra_info', {}).get('index', i)}"
-        else:
-            tid = f"{name}-{task.data[spec.id_field]}" if spec.id_field else f"{name}-{i}"
-        tasks.setdefault(tid, Task(tid, split, spec.clean(task.data)))
-    return TaskList(list(tasks.values()), split)
+    try:
+        import datasets
+    except ImportError as err:  # pragma: no cover - depends on the install
+        raise RuntimeError(f"loading {name!r} from the Hugging Face hub needs `pip install datasets`") from err
+    return tasks_from_hub_rows(name, datasets.load_dataset(spec.hf_id, spec.config, split=spec.hf_split), split)
+
+
+def tasks_from_hub_rows(name: str, ds: Any, split: str) -> TaskList:
+    """Tasks of the named dataset ``name`` from its hub rows (a ``datasets.Dataset``), de-duplicated by id."""
+    spec = NAMED[name]
+    if spec.id_field is not None:
+        keys = ds.flatten().select_columns([spec.id_field]).to_pandas()[spec.id_field]
+        ds = ds.select(np.flatnonzero(~keys.astype(str).duplicated().to_numpy()))
+    tasks = []
+    for i, task in enumerate(load_rows(ds, split=split, prefix=name)):
+        suffix = _dotted(task.data, spec.id_field) if spec.id_field else i
+        tasks.append(Task(f"{name}-{suffix}", split, spec.clean(task.data)))
+    return TaskList(tasks, split)
+
+
+def _dotted(row: Mapping[str, Any], path: str) -> Any:
+    value: Any = row
+    for part in path.split("."):
+        value = value[part]
+    return value
 
 
 def _parse_mapping(text: str) -> dict[str, str]:

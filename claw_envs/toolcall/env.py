@@ -29,6 +29,7 @@ infrastructure failure (``info["status"] == "sandbox_failure"``), never the agen
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -65,6 +66,7 @@ NUDGE = (
 )
 
 SCHEMAS = {name: tool.parameters for name, tool in TOOLS.items()}
+TOOL_SPECS = [tool.spec() for tool in TOOLS.values()]
 
 
 class ToolCallEnv(ClawEnv):
@@ -114,7 +116,7 @@ class ToolCallEnv(ClawEnv):
 
     def opening_messages(self, task: Task) -> list[Message]:
         """The system prompt (tool instructions and schemas) and the problem."""
-        tools = json.dumps([t.spec() for t in TOOLS.values()], indent=1)
+        tools = json.dumps(TOOL_SPECS, ensure_ascii=False)
         system = SYSTEM_PROMPT.format(timeout=self.tool_timeout, turns=self.max_turns, tools=tools)
         return [{"role": "system", "content": system}, {"role": "user", "content": str(task.data["question"])}]
 
@@ -122,8 +124,8 @@ class ToolCallEnv(ClawEnv):
         self._close_sandbox()
         self._clean_calls = 0
         messages = self.opening_messages(task)
-        tools = [t.spec() for t in TOOLS.values()]
-        return Opening(observation=messages[-1]["content"], messages=messages, info={"tools": tools})
+        info = {"tools": copy.deepcopy(TOOL_SPECS)}
+        return Opening(observation=messages[-1]["content"], messages=messages, info=info)
 
     async def _act(self, action: str) -> Transition:
         parsed = parse_action(action, SCHEMAS, id_prefix=f"call_{self.step_index}_")
@@ -152,7 +154,8 @@ class ToolCallEnv(ClawEnv):
         for item in parsed.items:
             if isinstance(item, ToolCall):
                 out = await self._run_call(item)
-                self._clean_calls += out.score > -1
+                if out.score > -1:
+                    self._clean_calls += 1
             else:
                 out = ToolOutput(
                     f"Error: {item.message}", -1.0, (f"tool_error={item.kind}",), f"Fix the tool call: {item.message}"
