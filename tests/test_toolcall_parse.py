@@ -163,6 +163,7 @@ def verifier():
         ("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}"),
         ("x^2+2x+1", "(x+1)^2"),
         ("45^\\circ", "45"),
+        ("18", "\\$18"),
     ],
 )
 def test_equivalent_forms_are_right(gold, pred, verifier):

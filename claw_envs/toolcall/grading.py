@@ -54,7 +54,7 @@ class Grade:
 def normalize_answer(text: str) -> str:
     """A canonical spelling: no ``$``, spacing macros, ``\\left``/``\\right``, ``\\text{}``, degree or
     percent signs, thousands separators, whitespace, or trailing full stop; ``\\dfrac`` → ``\\frac``."""
-    s = text.strip().replace("$", "")
+    s = text.strip().replace("\\$", "").replace("$", "")
     s = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", s)
     s = re.sub(r"\\(?:left|right|displaystyle)(?![a-zA-Z])", "", s)
     s = re.sub(r"\\[,;:! ]", "", s).replace("~", "")
