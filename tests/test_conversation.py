@@ -20,6 +20,7 @@ from claw_envs.conversation import (
     ConversationEnv,
     LLMSimulator,
     Problem,
+    Turn,
     builtin_tasks,
     demonstrations,
     extract_signals,
@@ -31,6 +32,9 @@ from claw_envs.conversation import (
 )
 from claw_envs.conversation.homework import split_of
 from claw_envs.conversation.score import MAX_REPLY_CHARS
+from claw_train.evaluation import EvalOptions
+from claw_train.evaluation.conversation import personalization_eval, run
+from claw_train.evaluation.scripted import ScriptedPolicy
 from claw_train.policy.base import PolicyError, SamplingParams
 
 PERSONAS = ("student", "teacher")
@@ -354,6 +358,34 @@ def test_llm_simulator_speaks_the_chat_completions_contract(chat_stub):
     env.close()
 
 
+def test_persona_prompts_render_for_builtin_and_user_personas(tmp_path):
+    """Each persona prompt renders from a real turn; a user persona without its own template gets generic.jinja."""
+    custom = tmp_path / "kid.yaml"
+    custom.write_text(load_persona("student").source.read_text().replace("name: student", "name: kid"))
+    simulator = LLMSimulator("http://127.0.0.1:9/v1", "m")
+    for persona in ("student", "teacher", str(custom)):
+        env = ConversationEnv(persona=persona)
+        env.reset(seed=0)
+        env.step("**hi** it's 3")
+        turn = Turn(
+            persona=env.persona,
+            problem=env.problem,
+            work=env.work,
+            request=env.request,
+            reply="so it's 12",
+            reply_length=25,
+            rubric=rubric(env.persona, "so it's 12", env.problem),
+            attempt=2,
+            history=env.messages,
+        )
+        text = simulator.prompt(turn)
+        assert env.problem.question in text and "**hi** it's 3" in text and env.persona.description in text
+        assert "so it's 12\n[... 15 more characters not shown" in text and text.rstrip().endswith("otherwise.")
+        assert all(p.description in text for p in env.persona.preferences)
+        assert (env.work is not None and env.work.text() in text) == (persona == "teacher")
+        assert "{{" not in text and "{%" not in text
+
+
 @pytest.mark.parametrize("mode", ["500", "garbage"])
 def test_llm_simulator_failures_are_typed_not_raised(chat_stub, mode, monkeypatch):
     """Protocol test: a failing endpoint gives ``simulator_failure``, never an exception."""
@@ -391,20 +423,60 @@ def test_claw_eval_scores_scripted_policies(persona, tmp_path):
     assert bad.exit_code == 2 and "unknown persona" in bad.output
 
 
+class _PolicyStub(_ChatStub):
+    """An OpenAI-compatible policy server that answers every chat request with one casual reply."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, "body": body})
+        message = {"role": "assistant", "content": "ok so it's 7, easy."}
+        reply = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+        self._send(200, json.dumps(reply).encode())
+
+
+def test_claw_eval_through_an_openai_compatible_policy(tmp_path):
+    """Protocol test: claw-eval drives a local chat-completions server through the openai policy backend."""
+    from claw_train.commands.evaluate import app
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PolicyStub)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    _PolicyStub.requests = []
+    try:
+        port = server.server_address[1]
+        args = ["--env", "conversation", "--policy", f"openai://127.0.0.1:{port}", "--model", "m", "--n", "4"]
+        result = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "conversation-student-summary.json").read_text())
+    assert summary["score"] == 1.0 and summary["valid_rate"] == 1.0 and summary["failed_generations"] == 0
+    records = [json.loads(line) for line in (tmp_path / "conversation-student.jsonl").read_text().splitlines()]
+    questions = [r["prompt"] for r in records]
+    sent = [r["body"]["messages"][-1]["content"] for r in _PolicyStub.requests]
+    assert sorted(sent) == sorted(questions) and len(set(sent)) == 4
+    assert all(r["reply"] == "ok so it's 7, easy." for r in records)
+
+
+class _Broken(ScriptedPolicy):
+    async def generate(self, prompt, sampling):
+        raise PolicyError("server down")
+
+
 async def test_personalization_eval_counts_failed_generations():
-    from claw_train.evaluation.conversation import personalization_eval
-    from claw_train.evaluation.scripted import ScriptedPolicy
-
-    class Broken(ScriptedPolicy):
-        async def generate(self, prompt, sampling):
-            raise PolicyError("server down")
-
-    report = await personalization_eval(
-        Broken("persona"), persona="student", n=3, seed=0, sampling=SamplingParams(seed=0)
-    )
+    sampling = SamplingParams(seed=0)
+    report = await personalization_eval(_Broken("persona"), persona="student", n=3, seed=0, sampling=sampling)
     assert report.failed_generations == 3 and report.score == 0.0 and report.valid_rate == 0.0
     with pytest.raises(PolicyError, match="token ids"):
         await ScriptedPolicy("persona").generate([1, 2, 3], SamplingParams())
+
+
+def test_claw_eval_exits_1_when_every_generation_fails(monkeypatch, capsys):
+    import claw_train.policy.loader
+
+    monkeypatch.setattr(claw_train.policy.loader, "load_policy", lambda **kw: _Broken("persona"))
+    assert run(EvalOptions(env="claw/Conversation-v0", policy="inprocess", n=2)) == 1
+    assert "every generation failed, e.g. error: server down" in capsys.readouterr().out
 
 
 def test_registered_and_async_api():

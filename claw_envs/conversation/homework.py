@@ -275,8 +275,11 @@ def load_gsm8k(path_or_id: str | Path, split: str = "test") -> TaskList:
     path = Path(path_or_id)
     if path.exists():
         tasks = load_jsonl(path, split=split, prefix=f"gsm8k-{split}")
-    elif str(path_or_id).count("/") == 1 and not str(path_or_id).endswith(".jsonl"):
-        tasks = load_hf(str(path_or_id), split=split, config="main")
+    elif str(path_or_id).count("/") == 1 and not path.suffix and not str(path_or_id).startswith((".", "/", "~")):
+        try:
+            tasks = load_hf(str(path_or_id), split=split, config="main")
+        except Exception as err:  # datasets raises many types (offline, not found, bad config)
+            raise RuntimeError(f"could not load {path_or_id!s} ({split}) from the Hugging Face hub: {err}") from err
     else:
         raise FileNotFoundError(f"no GSM8K file at {path_or_id!s} (give a JSONL path or the id 'openai/gsm8k')")
     for task in tasks:

@@ -161,7 +161,7 @@ def write_report(report: EvalReport, out_dir: Path) -> list[Path]:
 
 
 def run(opts: EvalOptions) -> int:
-    """``claw-eval --env conversation``: returns 0, 1 (the policy failed) or 2 (bad options)."""
+    """``claw-eval --env conversation``: returns 0, 1 (the policy failed on every problem) or 2 (bad options)."""
     console = Console()
     if opts.responses is not None:
         console.print("[red]--responses is not supported for the conversation family; run a --policy.[/red]")
@@ -201,6 +201,9 @@ def run(opts: EvalOptions) -> int:
     if opts.output_dir is not None:
         for path in write_report(report, opts.output_dir):
             console.print(f"wrote {path}")
+    if report.failed_generations == report.n:
+        console.print(f"[red]every generation failed, e.g. {report.records[0]['finish_reason']}[/red]")
+        return 1
     return 0
 
 
