@@ -88,11 +88,13 @@ class Servers:
 
 
 def decode(resp: httpx.Response, what: str) -> Any:
-    """The JSON body of a 2xx response (text bodies come back as ``{"text": ...}``); else ``PolicyError``."""
+    """The JSON body of a 2xx response (an empty body is ``{}``, a text body ``{"text": ...}``); else ``PolicyError``."""
     body = resp.text
     if resp.status_code >= 400:
         raise PolicyError(f"{what}: HTTP {resp.status_code}: {body[:500]}")
-    if "json" not in resp.headers.get("content-type", "json"):
+    if not body.strip():
+        return {}
+    if "json" not in resp.headers.get("content-type", "") and body.lstrip()[:1] not in ("{", "["):
         return {"text": body}
     try:
         return json.loads(body)

@@ -1,0 +1,230 @@
+"""The inprocess backend: continuous serving through 20 weight publishes, exact log-probs, bad inputs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from claw_train import tiny
+from claw_train.policy import PolicyError, SamplingParams
+from claw_train.policy.inprocess import InProcessPolicy
+from claw_train.policy.loader import load_policy
+
+CHAT = [{"role": "user", "content": "Repeat exactly, with nothing else: hello world"}]
+
+
+@pytest.fixture(scope="module")
+def tiny_path() -> Path:
+    return tiny.build_tiny()
+
+
+@pytest.fixture
+def policy(tiny_path):
+    pol = InProcessPolicy(tiny_path, max_batch=4)
+    yield pol
+    pol.close()
+
+
+def perturbed(state: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in state.items()}
+
+
+def test_serves_continuously_while_weights_are_published_20_times(tiny_path, policy):
+    base = {k: v.clone() for k, v in policy._active.state_dict().items()}
+    versions = {0: base}
+    results: dict[int, list] = {i: [] for i in range(3)}
+    failures: list[BaseException] = []
+    publishing_done = threading.Event()
+
+    def client(i: int) -> None:
+        async def loop() -> None:
+            sampling = SamplingParams(max_new_tokens=6, temperature=1.0)
+            while not publishing_done.is_set():
+                try:
+                    results[i].append(await policy.generate(CHAT, sampling))
+                except BaseException as err:
+                    failures.append(err)
+            results[i].append(await policy.generate(CHAT, sampling))  # after the last publish
+
+        asyncio.run(loop())
+
+    clients = [threading.Thread(target=client, args=(i,)) for i in results]
+    for t in clients:
+        t.start()
+    for v in range(1, 21):
+        versions[v] = perturbed(base, v)
+        policy.publish(versions[v], v)
+        time.sleep(0.03)
+    publishing_done.set()
+    for t in clients:
+        t.join(timeout=60)
+
+    assert failures == []
+    seen = set()
+    for i, comps in results.items():
+        tags = [c.policy_version for c in comps]
+        assert tags == sorted(tags), f"client {i} saw versions go backwards: {tags}"
+        assert tags[-1] == 20
+        seen.update(tags)
+    assert len(seen) >= 3, f"new versions must appear while serving, saw {sorted(seen)}"
+
+    # Each completion's tag names the weights that produced all of its tokens: its log-probs are
+    # re-computed exactly under that version (a swap mid-generation would break this).
+    comps = sorted((c for cs in results.values() for c in cs), key=lambda c: c.policy_version)
+    checked = {}
+    for c in comps:
+        checked.setdefault(c.policy_version, c)
+    ref = InProcessPolicy(tiny_path)
+    try:
+        for v, c in sorted(checked.items()):
+            ref.publish(versions[v], v)
+            lps = asyncio.run(ref.logprobs(c.prompt_ids, c.token_ids))
+            assert max(abs(a - b) for a, b in zip(lps, c.logprobs, strict=True)) < 1e-4, f"version {v}"
+    finally:
+        ref.close()
+
+
+async def test_generate_logprobs_match_a_prefill(policy):
+    sampling = SamplingParams(max_new_tokens=24, temperature=0.7, top_p=0.9, top_k=50, seed=3)
+    comps = await asyncio.gather(
+        *[policy.generate([{"role": "user", "content": "x" * (i + 1)}], sampling) for i in range(6)]
+    )
+    for c in comps:
+        assert len(c.token_ids) == len(c.logprobs) > 0
+        prefill = await policy.logprobs(c.prompt_ids, c.token_ids, temperature=0.7)
+        assert max(abs(a - b) for a, b in zip(prefill, c.logprobs, strict=True)) < 1e-4
+        assert all(lp <= 0 for lp in c.logprobs)
+
+
+async def test_messages_are_rendered_with_the_generation_prompt(policy):
+    comp = await policy.generate(CHAT, SamplingParams(max_new_tokens=3, seed=0))
+    text = policy.tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
+    assert comp.prompt_ids == policy.tokenizer.encode(text, add_special_tokens=False)
+    same = await policy.generate(comp.prompt_ids, SamplingParams(max_new_tokens=3, seed=0))
+    assert same.token_ids == comp.token_ids
+
+
+async def test_seeded_sampling_is_reproducible_and_finish_reasons_are_right(policy):
+    sampling = SamplingParams(max_new_tokens=20, temperature=1.0, seed=11)
+    a = await policy.generate(CHAT, sampling)
+    b = await policy.generate(CHAT, sampling)
+    assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    other = await policy.generate(CHAT, SamplingParams(max_new_tokens=20, temperature=1.0, seed=12))
+    assert other.token_ids != a.token_ids
+    assert a.finish_reason == ("stop" if a.token_ids[-1] in policy.eos_ids else "length")
+    assert len(a.token_ids) <= 20
+    greedy = await policy.generate(CHAT, SamplingParams(max_new_tokens=5, temperature=0.0))
+    assert greedy.token_ids == (await policy.generate(CHAT, SamplingParams(max_new_tokens=5, temperature=0.0))).token_ids
+
+    # Stop strings end a generation ("stop") and stay in the text (token-exact).
+    free = await policy.generate(CHAT, SamplingParams(max_new_tokens=6, temperature=0.0))
+    stop_at = policy.tokenizer.decode(free.token_ids[:2])
+    cut = await policy.generate(CHAT, SamplingParams(max_new_tokens=6, temperature=0.0, stop=(stop_at,)))
+    assert cut.finish_reason == "stop" and cut.token_ids == free.token_ids[: len(cut.token_ids)]
+    assert stop_at in cut.text and len(cut.token_ids) <= 2
+
+
+async def test_end_of_turn_token_stops_generation(policy):
+    prompt = [5, 6, 7]  # no end-of-turn token inside, so changing its embedding leaves the prompt alone
+    with torch.no_grad():
+        h = policy._active.model(input_ids=torch.tensor([prompt])).last_hidden_state[0, -1]
+    state = {k: v.clone() for k, v in policy._active.state_dict().items()}
+    eos = policy.eos_ids[0]
+    state["model.embed_tokens.weight"][eos] = 100 * h / h.norm()  # tied with lm_head: a huge logit for eos
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    policy.publish(state, 1)
+    done = await policy.generate(prompt, SamplingParams(max_new_tokens=20, seed=0))
+    assert (done.token_ids, done.finish_reason, done.text, done.policy_version) == ([eos], "stop", "", 1)
+
+
+async def test_bad_weight_updates_fail_to_the_publisher_and_old_weights_keep_serving(policy, tmp_path):
+    from safetensors.torch import save_file
+
+    sampling = SamplingParams(max_new_tokens=12, seed=5)
+    before = await policy.generate(CHAT, sampling)
+    state = {k: v.clone() for k, v in perturbed(policy._active.state_dict(), 1).items() if k != "lm_head.weight"}
+    good = tmp_path / "model.safetensors"
+    save_file(state, str(good))
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(PolicyError, match="truncated or corrupt"):
+        policy.publish(truncated, 1)
+    with pytest.raises(PolicyError, match="does not exist"):
+        policy.publish(tmp_path / "missing.safetensors", 1)
+    bad_shape = {**state, "model.norm.weight": torch.ones(3)}
+    with pytest.raises(PolicyError, match="shape"):
+        policy.publish(bad_shape, 1)
+    with pytest.raises(PolicyError, match="names the model does not"):
+        policy.publish({**state, "extra.weight": torch.ones(2)}, 1)
+    with pytest.raises(PolicyError, match="lack"):
+        policy.publish({"model.norm.weight": state["model.norm.weight"]}, 1)
+    with pytest.raises(PolicyError, match="NaN"):
+        policy.publish({**state, "model.norm.weight": torch.full_like(state["model.norm.weight"], float("nan"))}, 1)
+    with pytest.raises(PolicyError, match="state dict or a path"):
+        policy.publish(42, 1)
+    after = await policy.generate(CHAT, sampling)
+    assert (after.token_ids, after.policy_version) == (before.token_ids, 0)
+
+    policy.publish(good, 2)  # a good file (tied lm_head left out, as save_pretrained does) goes live
+    live = await policy.generate(CHAT, sampling)
+    assert live.policy_version == 2 and live.logprobs != before.logprobs
+    with pytest.raises(PolicyError, match="older than"):
+        policy.publish(state, 1)
+
+
+async def test_bad_requests_fail_only_themselves(policy):
+    with pytest.raises(PolicyError, match="outside the vocabulary"):
+        await policy.generate([1, 2, 10**9], SamplingParams())
+    with pytest.raises(PolicyError, match="empty prompt"):
+        await policy.generate([], SamplingParams())
+    with pytest.raises(PolicyError, match="chat messages"):
+        await policy.generate(["not a message"], SamplingParams())
+    with pytest.raises(PolicyError, match="top_p"):
+        await policy.generate(CHAT, SamplingParams(top_p=0.0))
+    with pytest.raises(PolicyError, match="context"):
+        await policy.generate([5] * (policy.max_positions + 1), SamplingParams())
+    assert (await policy.generate(CHAT, SamplingParams(max_new_tokens=2))).token_ids
+    policy.close()
+    with pytest.raises(PolicyError, match="closed"):
+        await policy.generate(CHAT, SamplingParams())
+
+
+def test_model_paths_that_are_not_causal_lms_are_refused(tmp_path):
+    with pytest.raises(PolicyError, match="does not exist"):
+        InProcessPolicy(tmp_path / "nowhere")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(PolicyError, match="no config.json"):
+        InProcessPolicy(tmp_path)
+    with pytest.raises(PolicyError, match="is a file"):
+        InProcessPolicy(tmp_path / "notes.txt")
+    vision = tmp_path / "vision"
+    vision.mkdir()
+    (vision / "config.json").write_text(json.dumps({"model_type": "vit"}))
+    with pytest.raises(PolicyError, match="not a causal language model"):
+        InProcessPolicy(vision)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(PolicyError, match="not valid JSON"):
+        InProcessPolicy(broken)
+
+
+def test_load_policy_resolves_names_and_refuses_unknown_schemes(tiny_path, tmp_path):
+    with pytest.raises(PolicyError, match="unknown policy 'grpc://x'"):
+        load_policy(str(tiny_path), "grpc://x")
+    with pytest.raises(PolicyError, match="does not exist"):
+        load_policy(str(tmp_path / "nope"))
+    with pytest.raises(PolicyError, match="no server"):
+        load_policy(str(tiny_path), "sglang://")
+    pol = load_policy(str(tiny_path), "inprocess", max_batch=2)
+    try:
+        assert isinstance(pol, InProcessPolicy) and pol.max_batch == 2
+    finally:
+        pol.close()
