@@ -30,6 +30,7 @@ from claw_envs.conversation import (
     render_reply,
     rubric,
 )
+from claw_envs.conversation.demos import hint_forms
 from claw_envs.conversation.homework import split_of
 from claw_envs.conversation.score import MAX_REPLY_CHARS
 from claw_train.evaluation import EvalOptions
@@ -203,13 +204,14 @@ def test_demonstrations_two_styles_and_hinted_pairs(persona):
     counts = {
         k: sum(1 for r in rows if (r["style"], r["hinted"]) == k) for k in {(r["style"], r["hinted"]) for r in rows}
     }
-    assert counts == {("assistant", False): 30, ("persona", False): 6, ("persona", True): 24}
+    assert counts == {("assistant", False): 33, ("persona", False): 3, ("persona", True): 24}
     corrections = {c for pref in p.preferences for c in pref.phrasing.corrections}
+    forms = {form for c in corrections for form in hint_forms(c)}
     for row in rows:
         last = row["messages"][-1]["content"]
         assert 25 <= len(row["completion"]) <= 200, row["completion"]
         if row["hinted"]:
-            assert row["hint"] in corrections and last.endswith(f"\n\n[Note: {row['hint']}]")
+            assert row["hint"] in forms and last.endswith(f"\n\n[Note: {row['hint']}]")
         else:
             assert "[Note:" not in last and row["hint"] is None
     env = ConversationEnv(persona=persona)
@@ -226,6 +228,15 @@ def test_demonstration_styles_score_as_intended():
             assert split_of(problem.question) == "train"
             assert rubric(persona, render_reply(persona, problem, "persona", rng), problem).score == 1.0
             assert rubric(persona, render_reply(persona, problem, "assistant", rng), problem).score <= 0.3
+
+
+def test_demo_hints_match_what_the_rules_judge_hands_the_trainer():
+    from judges.backends.rules import directive_to_hint
+
+    for persona in map(load_persona, PERSONAS):
+        for pref in persona.preferences:
+            for correction in pref.phrasing.corrections:
+                assert directive_to_hint(correction) in hint_forms(correction)
 
 
 def test_hinted_messages_format():

@@ -6,7 +6,8 @@
 * ``persona`` style — the persona's own preferred replies (``replies`` in its YAML file): rubric 1.0.
 * hinted pairs — the same opening message with a hint appended as a bracketed note (exactly
   :func:`hinted_messages`) → a persona-style reply. The hint is the directive the signal extractor pulls
-  from the simulated user's own complaint, so it is the same text a rules judge hands the trainer.
+  from the simulated user's own complaint, as is or wrapped the way the rules judge words a hint
+  (:func:`hint_forms`), so it is the text the trainer's OPD teacher will see.
 
 Replies are short (about 60–200 characters) and the built-in homework easy, so a tiny byte-level model
 can learn both styles and the switch.
@@ -101,14 +102,22 @@ def opening_message(persona: Persona, problem: Problem, rng: np.random.Generator
     return pick(persona.opening if first else persona.next_problem, rng).format(**problem_fields(problem, work))
 
 
+def hint_forms(directive: str) -> tuple[str, ...]:
+    """The ways a hint built from ``directive`` reaches the policy: the directive itself, and the two
+    "for next time" wrappings the rules judge (``judges.backends.rules.directive_to_hint``) puts around it."""
+    text = " ".join(directive.split())
+    return (text, f"Next time, {text[0].lower()}{text[1:]}", f"Keep this in mind next time: {text}")
+
+
 def complaint_hint(persona: Persona, reply: str, problem: Problem, rng: np.random.Generator) -> str | None:
-    """The directive the user's complaint about ``reply`` carries (the hint a rules judge would give)."""
+    """A hint from the user's complaint about ``reply``: its directive, in one of :func:`hint_forms`."""
     result = rubric(persona, reply, problem)
     missed = [p for p in persona.preferences if not result.met[p.name]]
     if not missed:
         return None
     complaint = pick(tuple(p.name for p in missed), rng)
-    return extract_signals(persona.preference(complaint).phrasing.compose(rng)).directive
+    directive = extract_signals(persona.preference(complaint).phrasing.compose(rng)).directive
+    return pick(hint_forms(directive), rng) if directive else None
 
 
 def demonstrations(
@@ -117,7 +126,7 @@ def demonstrations(
     seed: int = 0,
     *,
     tasks: TaskSource | None = None,
-    persona_share: float = 0.1,
+    persona_share: float = 0.05,
     hinted_share: float = 0.4,
 ) -> list[dict[str, Any]]:
     """``n`` demonstration rows ``{"messages", "completion", "style", "hinted", "hint"}`` on train problems.
