@@ -27,10 +27,7 @@ DEFAULT_IMAGE = "claw-sandbox:latest"
 SANDBOX_USER = "sandbox"
 KEEPER_USER = "65534:65534"  # runs the container's idle process, so the sandbox user cannot kill it
 DRAIN_WAIT = 5.0
-NO_ENGINE_HINT = (
-    "Start a Docker engine (or point DOCKER_HOST at one), or use the local backend: "
-    "make_sandbox('local')."
-)
+NO_ENGINE_HINT = "Start a Docker engine (or point DOCKER_HOST at one), or use the local backend: make_sandbox('local')."
 
 
 class DockerSandbox(Sandbox):
