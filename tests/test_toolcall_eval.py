@@ -12,11 +12,10 @@ import pytest
 from test_toolcall_env import solve_from_question
 from typer.testing import CliRunner
 
-from claw_envs.toolcall import ToolCallEnv
-from claw_envs.toolcall.datasets import NAMED, dapo_question, gsm8k_answer, load_dataset
+from claw_envs.toolcall.datasets import NAMED, dapo_question, gsm8k_answer, load_dataset, tasks_from_hub_rows
 from claw_envs.toolcall.env import tool_call_text
 from claw_train.commands.evaluate import app
-from claw_train.evaluation.toolcall import ProblemResult, Sample, bootstrap_ci, pass_at_k, run_episodes, summarize
+from claw_train.evaluation.toolcall import ProblemResult, Sample, bootstrap_ci, pass_at_k, sample_episodes, summarize
 
 # Problems and worked solutions written for these tests, in the style of competition solutions.
 PROBLEMS = [
@@ -169,8 +168,8 @@ def test_bad_responses_files_are_clear_errors(dataset, tmp_path, lines, needle):
 
 
 def test_bad_dataset_and_k_are_clear_errors(tmp_path):
-    result = invoke("--dataset", str(tmp_path / "missing.jsonl"), "--responses", str(tmp_path / "r.jsonl"))
-    assert result.exit_code == 2 and "neither a known name" in result.output
+    result = invoke("--dataset", str(tmp_path / "[x]" / "missing.jsonl"), "--responses", str(tmp_path / "r.jsonl"))
+    assert result.exit_code == 2 and "neither a known name" in result.output and "[x]" in result.output
     result = invoke("--k", "0", "--responses", str(tmp_path / "r.jsonl"))
     assert result.exit_code == 2 and "--k must be at least 1" in result.output
 
@@ -225,19 +224,24 @@ def test_claw_eval_runs_a_policy_over_openai_http_through_the_env(chat_server, t
 
 def test_claw_eval_policy_down_is_a_clear_error(tmp_path):
     result = invoke("--policy", "openai://127.0.0.1:9", "--model", "m", "--n", "1", "--output-dir", str(tmp_path))
-    assert result.exit_code == 2 and "policy failed" in result.output
+    assert result.exit_code == 1 and "every episode failed" in result.output and "PolicyError" in result.output
 
 
-def test_run_episodes_scores_a_wrong_agent_as_wrong():
+def test_sample_episodes_scores_wrong_and_broken_agents():
     async def wrong(obs, info):
         return "\\boxed{-1}"
 
+    async def broken(obs, info):
+        raise RuntimeError("model crashed")
+
     async def main():
-        reqs = [("arith-1000000", 0), ("arith-1000001", 1)]
-        return await run_episodes(lambda: ToolCallEnv(split="test"), lambda seed: wrong, reqs, concurrency=2)
+        reqs = [("arith-1000000", 0), ("arith-1000001", 1), ("arith-1000002", 2)]
+        agents = {0: wrong, 1: wrong, 2: broken}
+        return await sample_episodes("claw/ToolCall-v0", {"split": "test"}, agents.get, reqs, concurrency=2)
 
     samples = asyncio.run(main())
-    assert [(s.correct, s.predicted, s.turns) for s in samples] == [(False, "-1", 1), (False, "-1", 1)]
+    assert [(s.correct, s.predicted, s.turns, s.status) for s in samples[:2]] == [(False, "-1", 1, "ok")] * 2
+    assert samples[2].status == "infra_failure" and "model crashed" in samples[2].error
 
 
 # -- datasets --------------------------------------------------------------------------------
@@ -291,3 +295,35 @@ def test_named_datasets_clean_rows_of_their_hub_shape():
     gsm = NAMED["gsm8k"].clean({"question": "Q", "answer": "steps\n#### 42"})
     assert gsm["answer"] == "42"
     assert (NAMED["aime2024"].hf_id, NAMED["gsm8k"].config) == ("HuggingFaceH4/aime_2024", "main")
+
+
+def test_hub_rows_become_tasks_and_dapo_repeats_are_dropped():
+    datasets = pytest.importorskip("datasets")
+    prompt = "Solve the following math problem step by step. Write Answer: $Answer at the end.\n\n{q}"
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": prompt.format(q=f"Q{i % 3}?")}],
+            "reward_model": {"ground_truth": str(i % 3), "style": "rule"},
+            "extra_info": {"index": f"uuid-{i % 3}"},
+        }
+        for i in range(9)
+    ]
+    tasks = tasks_from_hub_rows("dapo-math", datasets.Dataset.from_list(rows), "train")
+    assert [t.id for t in tasks] == ["dapo-math-uuid-0", "dapo-math-uuid-1", "dapo-math-uuid-2"]
+    assert tasks.get("dapo-math-uuid-2").data == {"question": "Q2?", "answer": "2", "source": "dapo-math"}
+    aime = [
+        {"id": 60 + i, "problem": f"P{i}", "solution": "", "answer": str(i), "url": "", "year": "2024"}
+        for i in range(2)
+    ]
+    assert [t.id for t in tasks_from_hub_rows("aime2024", datasets.Dataset.from_list(aime), "test")] == [
+        "aime2024-60",
+        "aime2024-61",
+    ]
+
+
+def test_a_named_dataset_without_network_is_a_clear_error(tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing to fall back on
+    result = invoke("--dataset", "aime2024", "--responses", str(tmp_path / "r.jsonl"))
+    assert result.exit_code == 2 and "cannot load dataset 'aime2024'" in " ".join(result.output.split())

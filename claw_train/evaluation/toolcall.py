@@ -33,9 +33,11 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from claw_envs.pool import EnvPool, EpisodeResult
 from claw_envs.tasks import TaskSource
 from claw_envs.toolcall.datasets import load_dataset
 from claw_envs.toolcall.grading import grade_response
@@ -59,6 +61,7 @@ class Sample:
     turns: int = 1
     tool_calls: int = 0
     status: str = "ok"
+    error: str | None = None
 
 
 @dataclass
@@ -76,6 +79,14 @@ class ProblemResult:
 
 class EvalError(Exception):
     """Bad input to the evaluation (unknown dataset, bad responses file), reported without a traceback."""
+
+    exit_code = 2
+
+
+class RunFailed(EvalError):
+    """Every episode failed (policy server down, sandbox broken): nothing to score."""
+
+    exit_code = 1
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -126,7 +137,7 @@ def summarize(results: Sequence[ProblemResult], k: int, seed: int = 0) -> dict[s
 
 
 def run(opts: EvalOptions) -> int:
-    """``claw-eval --env toolcall``: 0 on success, 2 on bad input, 1 when the policy failed."""
+    """``claw-eval --env toolcall``: 0 on success, 2 on bad input, 1 when every episode failed."""
     console = Console()
     try:
         if opts.k < 1:
@@ -138,8 +149,8 @@ def run(opts: EvalOptions) -> int:
             results = asyncio.run(_run_policy(opts, tasks, console))
         summary = summarize(results, opts.k, opts.seed)
     except EvalError as err:
-        console.print(f"[red]claw-eval:[/] {err}")
-        return 2
+        console.print(f"[red]claw-eval:[/] {escape(str(err))}")
+        return err.exit_code
     out_dir = (
         opts.output_dir or Path("runs") / "eval" / f"toolcall-{_dataset_label(opts)}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -148,7 +159,7 @@ def run(opts: EvalOptions) -> int:
         summary.update(model=None, policy=None, responses=str(opts.responses))
     write_results(out_dir, results, summary)
     console.print(summary_table(summary))
-    console.print(f"per-problem results: {out_dir / 'problems.jsonl'}")
+    console.print(f"per-problem results: {out_dir / 'problems.jsonl'}", markup=False)
     return 0
 
 
@@ -208,7 +219,7 @@ def write_results(out_dir: Path, results: Sequence[ProblemResult], summary: dict
 def summary_table(summary: dict[str, Any]) -> Table:
     """The rich table ``claw-eval`` prints."""
     k = summary["k"]
-    table = Table(title=f"toolcall · {summary['dataset']}", show_lines=False)
+    table = Table(title=escape(f"toolcall · {summary['dataset']}"), show_lines=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% CI (bootstrap over problems)", justify="right")
@@ -228,52 +239,40 @@ def summary_table(summary: dict[str, Any]) -> Table:
 # -- running a policy ------------------------------------------------------------------------
 
 
-async def run_episodes(
-    env_factory: Callable[[], Any],
+async def sample_episodes(
+    env_id: str,
+    env_kwargs: dict[str, Any],
     agent_for: Callable[[int], Agent],
     requests: Sequence[tuple[str, int]],
     concurrency: int,
     on_done: Callable[[], None] | None = None,
 ) -> list[Sample]:
-    """One episode per ``(task_id, seed)`` request, ``concurrency`` at a time, each driven by
-    ``agent_for(seed)``; the samples come back in request order."""
-    gate = asyncio.Semaphore(max(1, concurrency))
+    """One episode per ``(task_id, seed)`` request through an :class:`~claw_envs.pool.EnvPool` of
+    ``concurrency`` envs, each driven by its own ``agent_for(seed)``; samples come back in request order."""
+    async with EnvPool(env_id, max(1, concurrency), env_kwargs=env_kwargs) as pool:
 
-    async def one(task_id: str, seed: int) -> Sample:
-        async with gate:
-            env = env_factory()
-            try:
-                sample = await play(env, agent_for(seed), task_id, seed)
-            finally:
-                await env.aclose()
-        if on_done is not None:
-            on_done()
-        return sample
+        async def one(task_id: str, seed: int) -> Sample:
+            result = await pool.run_episode(agent_for(seed), seed=seed, options={"task_id": task_id})
+            if on_done is not None:
+                on_done()
+            return episode_sample(result)
 
-    return list(await asyncio.gather(*(one(t, s) for t, s in requests)))
+        return list(await asyncio.gather(*(one(t, s) for t, s in requests)))
 
 
-async def play(env: Any, agent: Agent, task_id: str, seed: int) -> Sample:
-    """One episode of ``env`` on ``task_id`` driven by ``agent``, as a graded sample."""
-    obs, info = await env.areset(seed=seed, options={"task_id": task_id})
-    turns = calls = 0
-    action = ""
-    while True:
-        action = await agent(obs, info)
-        obs, _, terminated, truncated, info = await env.astep(action)
-        turns += 1
-        ns = info["next_state"]
-        calls += next((int(t.split("=")[1]) for t in ns.evaluative.tags if t.startswith("calls=")), 0)
-        if terminated or truncated:
-            break
-    ns = info["next_state"]
-    method = next((t.split("=")[1] for t in ns.evaluative.tags if t.startswith("graded_by=")), "no_answer")
-    predicted = last_boxed(strip_tool_calls(action)) if terminated else None
-    return Sample(ns.outcome == 1.0, predicted, method, action, turns, calls, info["status"])
+def episode_sample(result: EpisodeResult) -> Sample:
+    """A pool's episode as a graded sample (its last next state carries the grade)."""
+    steps = [info["next_state"] for info in result.infos if "next_state" in info]
+    tags = [tag for ns in steps for tag in ns.evaluative.tags]
+    method = next((t.split("=", 1)[1] for t in tags if t.startswith("graded_by=")), "no_answer")
+    calls = sum(int(t.split("=", 1)[1]) for t in tags if t.startswith("calls="))
+    last = result.actions[-1] if result.actions else ""
+    predicted = last_boxed(strip_tool_calls(last)) if result.terminated else None
+    correct = result.status == "ok" and bool(steps) and steps[-1].outcome == 1.0
+    return Sample(correct, predicted, method, last, len(result.actions), calls, result.status, result.error)
 
 
 async def _run_policy(opts: EvalOptions, tasks: TaskSource, console: Console) -> list[ProblemResult]:
-    from claw_envs.toolcall import ToolCallEnv
     from claw_train.policy.base import PolicyError, SamplingParams
     from claw_train.policy.loader import load_policy
 
@@ -300,17 +299,21 @@ async def _run_policy(opts: EvalOptions, tasks: TaskSource, console: Console) ->
 
         return agent
 
-    def factory() -> ToolCallEnv:
-        return ToolCallEnv(tasks, split=opts.split)
-
+    env_kwargs = {"tasks": tasks, "split": opts.split}
     try:
         with _progress(console) as bar:
             job = bar.add_task(f"{len(problems)} problems × {opts.k}", total=len(requests))
-            samples = await run_episodes(factory, agent_for, requests, opts.concurrency, lambda: bar.advance(job))
-    except PolicyError as err:
-        raise EvalError(f"the policy failed: {err}") from None
+            samples = await sample_episodes(
+                opts.env, env_kwargs, agent_for, requests, opts.concurrency, lambda: bar.advance(job)
+            )
     finally:
         await policy.aclose()
+    failed = [s for s in samples if s.status != "ok"]
+    if failed:
+        first = escape(str(failed[0].error))
+        console.print(f"[red]{len(failed)} of {len(samples)} episodes failed[/] (not counted); first: {first}")
+    if len(failed) == len(samples):
+        raise RunFailed(f"every episode failed; the first: {failed[0].error}")
     results = {t.id: ProblemResult(t.id, str(t.data["answer"])) for t in problems}
     for (task_id, _), sample in zip(requests, samples, strict=True):
         results[task_id].samples.append(sample)
@@ -325,10 +328,10 @@ def _load_tasks(opts: EvalOptions) -> TaskSource:
         if opts.dataset is None:
             return load_dataset("builtin", split=opts.split, limit=opts.n)
         return load_dataset(opts.dataset, split=opts.split)
-    except (ValueError, KeyError, OSError) as err:
+    except ValueError as err:
         raise EvalError(str(err)) from None
     except Exception as err:  # the hub: no network, unknown dataset, missing `datasets`
-        raise EvalError(f"cannot load dataset {opts.dataset!r}: {type(err).__name__}: {err}") from None
+        raise EvalError(f"cannot load dataset {opts.dataset!r}: {err}") from None
 
 
 def _read_response_line(line: str, where: str) -> tuple[str, list[str]]:
