@@ -50,7 +50,7 @@ def test_registered_and_made_through_gymnasium():
 
 
 def test_a_scripted_policy_that_calls_the_tool_solves_the_built_in_set(env):
-    for task in list(builtin_tasks("test"))[:8]:  # two of each kind
+    for task in list(builtin_tasks("test"))[:4]:  # one of each kind
         obs, info = env.reset(options={"task_id": task.id})
         obs, reward, terminated, truncated, info = env.step(f"Let me compute this.\n{py(solve_from_question(obs))}")
         ns = info["next_state"]
