@@ -169,6 +169,7 @@ class ClawTrainer(GRPOTrainer):
         self.source = source
         self.pad_token_id = int(self._tokenizer.pad_token_id)
         self.current_batch: list[TrainSample] = []
+        self.current_dropped: list[TrainSample] = []
         self.invalid_reasons: list[str] = []
         self.counters: dict[str, int] = {"stale_dropped": 0, "invalid_dropped": 0, "nan_skipped": 0, "trained": 0}
         self._counter_lock = threading.Lock()
@@ -178,27 +179,29 @@ class ClawTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         samples, stale, invalid = self._take(len(inputs))
         self.current_batch = samples
+        self.current_dropped = stale + invalid
         with self._counter_lock:
-            self.counters["stale_dropped"] += stale
-            self.counters["invalid_dropped"] += invalid
+            self.counters["stale_dropped"] += len(stale)
+            self.counters["invalid_dropped"] += len(invalid)
             self.counters["trained"] += len(samples)
         batch = collate(samples, self.pad_token_id, self.accelerator.device)
-        self._record_batch_metrics(samples, stale, invalid)
+        self._record_batch_metrics(samples, len(stale), len(invalid))
         return batch
 
-    def _take(self, n: int) -> tuple[list[TrainSample], int, int]:
-        """Pull ``n`` fresh, well-formed samples; count what was dropped."""
+    def _take(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
+        """Pull ``n`` fresh, well-formed samples; also return the stale and the malformed ones it dropped."""
         version = self.state.global_step
         samples: list[TrainSample] = []
-        stale = invalid = 0
+        stale: list[TrainSample] = []
+        invalid: list[TrainSample] = []
         while len(samples) < n:
             sample = self.source.get()
             if sample is None:
                 raise FeedClosed("the sample source closed")
             if version - sample.turn.policy_version > self.args.max_staleness:
-                stale += 1
+                stale.append(sample)
             elif problem := sample_problem(sample):
-                invalid += 1
+                invalid.append(sample)
                 self.invalid_reasons.append(problem)
             else:
                 samples.append(sample)

@@ -1,0 +1,161 @@
+"""Run logs: per-policy-version JSONL written by a background thread, and the sample ledger.
+
+* :class:`VersionedLog` — every turn with its judge votes, hint and accept/reject decision, plus
+  updates, evaluations and events, as JSON lines in ``DIR/logs/v<version>.jsonl`` (one file per policy
+  version, appended, never deleted). Callers only enqueue; a writer thread does the file work, so
+  logging never sits on the serving path.
+* :class:`Ledger` — ``DIR/ledger.jsonl``: one line per optimizer update with the ids of the samples it
+  trained on (and those it dropped), plus a ``resume`` line whenever a run continues from a checkpoint.
+  :meth:`Ledger.effective` replays it: entries after a checkpoint that a crash lost are superseded by
+  the resumed run's, so the effective history has each update exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import IO, Any
+
+_STOP = object()
+
+
+def _jsonable(obj: Any) -> Any:
+    """Make ``obj`` JSON-safe (dataclasses via ``to_dict``; NaN/inf become strings)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "to_dict"):
+        return _jsonable(obj.to_dict())
+    if isinstance(obj, str | int | bool) or obj is None:
+        return obj
+    if isinstance(obj, float):
+        return obj
+    if isinstance(obj, bytes):
+        return f"<{len(obj)} bytes>"
+    return str(obj)
+
+
+class VersionedLog:
+    """Append JSON records to ``root/v<version>.jsonl`` from a background writer thread."""
+
+    def __init__(self, root: str | os.PathLike[str], *, max_open: int = 8):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_open = max_open
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._files: OrderedDict[int, IO[str]] = OrderedDict()
+        self.written = 0
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="claw-log-writer", daemon=True)
+        self._thread.start()
+
+    def path(self, version: int) -> Path:
+        return self.root / f"v{version:05d}.jsonl"
+
+    def write(self, version: int, record: dict[str, Any]) -> None:
+        """Enqueue ``record`` for the file of policy ``version`` (returns at once)."""
+        self._queue.put((int(version), {"time": round(time.time(), 3), **record}))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Block until everything enqueued so far is on disk."""
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            if isinstance(item, threading.Event):
+                for fh in self._files.values():
+                    fh.flush()
+                item.set()
+                continue
+            version, record = item
+            try:
+                fh = self._file(version)
+                fh.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
+                self.written += 1
+            except OSError as err:  # a full disk must not stop training; the count says so
+                self.errors.append(str(err))
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+
+    def _file(self, version: int) -> IO[str]:
+        if version in self._files:
+            self._files.move_to_end(version)
+            return self._files[version]
+        if len(self._files) >= self.max_open:
+            _, old = self._files.popitem(last=False)
+            old.close()
+        fh = self.path(version).open("a", encoding="utf-8")
+        self._files[version] = fh
+        return fh
+
+
+def read_logs(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every record under ``root`` (all versions, file order)."""
+    out = []
+    for path in sorted(Path(root).glob("v*.jsonl")):
+        with path.open(encoding="utf-8") as fh:
+            out.extend(json.loads(line) for line in fh if line.strip())
+    return out
+
+
+class Ledger:
+    """Which samples each optimizer update trained on (see the module docstring). Thread-safe, fsynced."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def _append(self, record: dict[str, Any]) -> None:
+        with self._lock, self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(_jsonable(record)) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def update(self, update: int, sample_ids: list[str], *, dropped: list[str], **extra: Any) -> None:
+        """Record that optimizer update ``update`` (1-based) trained on ``sample_ids``."""
+        self._append({"kind": "update", "update": update, "samples": sample_ids, "dropped": dropped, **extra})
+
+    def resume(self, from_update: int, attempt: int) -> None:
+        """Record that a run continues from the checkpoint taken after ``from_update`` updates."""
+        self._append({"kind": "resume", "from_update": from_update, "attempt": attempt})
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with self.path.open(encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def attempts(self) -> int:
+        """How many times the run has been resumed so far."""
+        return sum(r["kind"] == "resume" for r in self.records())
+
+    def effective(self) -> list[dict[str, Any]]:
+        """Update entries that the current weights contain, in order (a resume drops lost later entries)."""
+        kept: list[dict[str, Any]] = []
+        for r in self.records():
+            if r["kind"] == "resume":
+                kept = [u for u in kept if u["update"] <= r["from_update"]]
+            elif r["kind"] == "update":
+                kept.append(r)
+        return kept

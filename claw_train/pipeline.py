@@ -1,0 +1,1042 @@
+"""The online learning pipeline: four loops joined by bounded queues.
+
+::
+
+    policy serving ──► rollout workers ──turns──► judge workers ──samples──► trainer
+         ▲  (its own worker thread)    (asyncio)        (PRM + hint, asyncio)   (a thread: blocking torch)
+         └──────────────────────── weights after every optimizer step ◄───────┘
+
+* **Serving** is the policy backend (``inprocess``: a worker thread over a serving copy of the weights;
+  ``sglang``: HTTP). It never stops: new weights are swapped in between requests.
+* **Rollout workers** play episodes through the env pool and put each finished turn (token-exact,
+  with its behaviour log-probs and policy version) on the turn queue. The personal track
+  (conversation) streams turns one by one; general agents (tool call, terminal, …) roll out ``G``
+  episodes of one task and hand the whole group over, since step-index normalisation needs it.
+* **Judge workers** ask the PRM and the hint judge at once, compute the OPD teacher log-probs (the
+  same policy, prompt = the chat with the hint appended to the last user message) and the
+  advantages of the method (:mod:`claw_train.advantages`), and put ready samples on the sample queue.
+  Turns that carry no gradient (PRM 0 and no hint), infrastructure failures and steps the judge could
+  not judge are masked and counted.
+* **Trainer**: :class:`~claw_train.trainer.ClawTrainer` in a thread, pulling ``samples_per_step``
+  samples per optimizer step and publishing weights after each.
+
+Queues are bounded, so a slow consumer holds its producers back (backpressure) and an empty queue
+is waited on, never polled. ``sync=True`` runs the same parts one after another (roll out, judge,
+train) for comparison. Bad input: a judge that is down (its steps are masked and counted; training
+goes on with what there is), a policy that dies (retries, then a clear stop with a checkpoint), a NaN
+loss (the step is skipped and logged), Ctrl-C (checkpoint, then a clean exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+import signal
+import statistics
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from claw_train.advantages import METHODS, StepReward, method_advantages, step_index_normalise
+from claw_train.logs import Ledger, VersionedLog
+from claw_train.policy.base import Policy, PolicyError, SamplingParams
+from claw_train.records import TrainSample, TurnRecord
+from claw_train.rollout import EpisodeAgent
+
+PERSONAL_FAMILIES = ("conversation",)
+
+
+@dataclass
+class PipelineConfig:
+    """Everything one ``claw-train`` run needs (the CLI fills it; ``trainer`` holds ClawConfig overrides)."""
+
+    env: str = "conversation"
+    method: str = "combined"
+    model: str = "tiny"
+    policy: str = "inprocess"
+    judge: str = "rules"
+    updates: int = 16
+    output_dir: Path = Path("runs/claw")
+    resume: bool = False
+    lora: bool = False
+    sync: bool = False
+    eval_every: int = 4
+    eval_n: int = 32
+    eval_seed: int = 1234
+    persona: str = "student"
+    seed: int = 0
+    temperature: float = 1.0
+    max_new_tokens: int = 160
+    samples_per_step: int = 16
+    rollout_workers: int = 4
+    judge_workers: int = 8
+    group_size: int = 4
+    votes: int = 3
+    w_rl: float = 1.0
+    w_opd: float = 1.0
+    prm_c: float = 1.0
+    max_staleness: int = 2
+    checkpoint_every: int = 4
+    policy_retries: int = 3
+    retry_backoff: float = 0.5
+    max_turns: int | None = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    judge_options: dict[str, Any] = field(default_factory=dict)
+    trainer: dict[str, Any] = field(default_factory=dict)
+    report_to: str = "tensorboard"
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, not {self.method!r}")
+        for name in ("updates", "samples_per_step", "rollout_workers", "judge_workers", "group_size", "votes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.eval_every < 0 or self.checkpoint_every < 1:
+            raise ValueError("eval_every must be >= 0 and checkpoint_every >= 1")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for training (log-probs need it), got {self.temperature}")
+
+
+@dataclass
+class PipelineResult:
+    """How a run ended and what it measured."""
+
+    status: str  # "done" | "interrupted" | "policy_failed" | "error"
+    message: str
+    updates: int
+    wall_time: float
+    evals: list[dict[str, Any]]
+    counters: dict[str, Any]
+    output_dir: Path
+    checkpoint: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return {"done": 0, "interrupted": 130}.get(self.status, 1)
+
+
+class PolicyDown(PolicyError):
+    """The policy kept failing through every retry and a health probe: stop the run."""
+
+
+class RunError(Exception):
+    """A run that cannot start (bad output dir, nothing to resume, unknown env): said clearly."""
+
+
+class _RetryingPolicy(Policy):
+    """Retries ``generate``/``logprobs`` with backoff; after the last retry a health probe decides between
+    a bad request (re-raised as ``PolicyError``) and a dead policy (:class:`PolicyDown`)."""
+
+    def __init__(self, inner: Policy, retries: int, backoff: float):
+        self.inner = inner
+        self.retries = retries
+        self.backoff = backoff
+        self.tokenizer = getattr(inner, "tokenizer", None)
+        self.failures = 0
+
+    @property
+    def version(self) -> int:  # type: ignore[override]
+        return self.inner.version
+
+    async def _call(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        for attempt in range(self.retries + 1):
+            try:
+                return await make()
+            except PolicyError as err:
+                self.failures += 1
+                last = err
+                if attempt < self.retries:
+                    await asyncio.sleep(self.backoff * 2**attempt)
+        if not await self._healthy():
+            raise PolicyDown(f"the policy failed {self.retries + 1} times and a health probe failed: {last}")
+        raise last
+
+    async def _healthy(self) -> bool:
+        try:
+            await self.inner.generate([0], SamplingParams(max_new_tokens=1))
+        except PolicyError:
+            return False
+        return True
+
+    async def generate(self, prompt: Any, sampling: SamplingParams) -> Any:
+        return await self._call(lambda: self.inner.generate(prompt, sampling))
+
+    async def logprobs(self, prompt_ids: Any, completion_ids: Any, **kw: Any) -> list[float]:
+        return await self._call(lambda: self.inner.logprobs(prompt_ids, completion_ids, **kw))
+
+
+class _StreamingAgent(EpisodeAgent):
+    """An ``EpisodeAgent`` that hands each turn on as soon as the env has answered it."""
+
+    def __init__(self, *args: Any, emit: Callable[[TurnRecord], Awaitable[None]], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.emit = emit
+        self.emitted = 0
+        self.error: PolicyError | None = None
+
+    async def flush(self) -> None:
+        while self.emitted < len(self.turns):
+            turn = self.turns[self.emitted]
+            turn.info.setdefault("tools", self.transcript.tools if self.transcript else None)
+            self.emitted += 1
+            await self.emit(turn)
+
+    async def __call__(self, obs: Any, info: Mapping[str, Any]) -> str:
+        if self.transcript is not None:
+            self.observe(0.0, info)
+            await self.flush()
+        try:
+            return await super().__call__(obs, info)
+        except PolicyError as err:
+            self.error = err
+            raise
+
+
+class Stats:
+    """Counters and recent windows the display and the summary read (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.masked: Counter[str] = Counter()
+        self.scores: deque[float] = deque(maxlen=256)
+        self.trained_times: deque[tuple[float, int]] = deque(maxlen=64)
+        self.started = time.monotonic()
+        self.version = 0
+        self.staleness = 0.0
+        self.last_eval: dict[str, Any] | None = None
+        self.status = "starting"
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[key] += n
+
+    def mask(self, reason: str) -> None:
+        with self._lock:
+            self.masked[reason] += 1
+            self.counts["masked"] += 1
+
+    def score(self, value: float) -> None:
+        with self._lock:
+            self.scores.append(value)
+
+    def trained(self, n: int) -> None:
+        with self._lock:
+            self.trained_times.append((time.monotonic(), n))
+
+    def samples_per_second(self) -> float:
+        with self._lock:
+            if len(self.trained_times) < 2:
+                return 0.0
+            (t0, _), (t1, _) = self.trained_times[0], self.trained_times[-1]
+            n = sum(k for _, k in list(self.trained_times)[1:])
+        return n / (t1 - t0) if t1 > t0 else 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            judged = self.counts["judged"]
+            return {
+                "status": self.status,
+                "elapsed": time.monotonic() - self.started,
+                "counts": dict(self.counts),
+                "masked": dict(self.masked),
+                "mean_score": statistics.fmean(self.scores) if self.scores else None,
+                "hint_rate": self.counts["hints"] / judged if judged else None,
+                "version": self.version,
+                "staleness": self.staleness,
+                "last_eval": self.last_eval,
+            }
+
+
+class _SampleFeed:
+    """The trainer's view of the asyncio sample queue: a blocking ``get`` from its thread (no polling)."""
+
+    def __init__(self, queue: asyncio.Queue[TrainSample], loop: asyncio.AbstractEventLoop, closed: asyncio.Event):
+        self.queue = queue
+        self.loop = loop
+        self.closed = closed
+
+    async def _get(self) -> TrainSample | None:
+        if self.closed.is_set():
+            return None
+        getter = asyncio.ensure_future(self.queue.get())
+        closer = asyncio.ensure_future(self.closed.wait())
+        done, _ = await asyncio.wait({getter, closer}, return_when=asyncio.FIRST_COMPLETED)
+        closer.cancel()
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        return None
+
+    def get(self) -> TrainSample | None:
+        if self.loop.is_closed():
+            return None
+        return asyncio.run_coroutine_threadsafe(self._get(), self.loop).result()
+
+
+class Pipeline:
+    """One online training run (see the module docstring). ``policy``/``judge`` may be injected (tests)."""
+
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        *,
+        policy: Policy | None = None,
+        judge: Any = None,
+        on_message: Callable[[str], None] | None = None,
+    ):
+        import claw_envs
+
+        self.cfg = cfg
+        try:
+            self.env_id = claw_envs.resolve_id(cfg.env)
+        except KeyError as err:
+            raise RunError(str(err.args[0])) from None
+        self.env_cls = claw_envs.env_class(self.env_id)
+        self.family = self.env_cls.family
+        self.personal = self.family in PERSONAL_FAMILIES
+        self.out = cfg.output_dir
+        self.stats = Stats()
+        self.say = on_message or (lambda text: None)
+        self._policy_arg = policy
+        self._judge_arg = judge
+        self.evals: list[dict[str, Any]] = []
+        self._stop_reason: tuple[str, str] | None = None
+        self._sample_no = 0
+        self._episode_no = 0
+        self.trainer: Any = None
+        self.checkpoint: Path | None = None
+
+    # -- public -----------------------------------------------------------------------------
+
+    def request_stop(self, status: str, message: str) -> None:
+        """Stop the run (first reason wins): rollouts end, the trainer checkpoints and returns."""
+        if self._stop_reason is None:
+            self._stop_reason = (status, message)
+            self.stats.status = f"stopping: {message}"
+            self.say(f"stopping: {message}")
+        if hasattr(self, "_closed"):
+            self._loop.call_soon_threadsafe(self._closed.set)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the live display shows."""
+        snap = self.stats.snapshot()
+        if hasattr(self, "turn_q"):
+            snap["turn_queue"] = self.turn_q.qsize()
+            snap["sample_queue"] = self.sample_q.qsize()
+        snap["samples_per_second"] = self.stats.samples_per_second()
+        snap["updates"] = self.trainer.state.global_step if self.trainer is not None else 0
+        snap["target"] = self.cfg.updates
+        if self.trainer is not None:
+            snap["trainer"] = dict(self.trainer.counters)
+        if self.judge is not None and hasattr(self.judge, "metrics_dict"):
+            snap["judge"] = self.judge.metrics_dict()
+        return snap
+
+    async def run(self) -> PipelineResult:
+        """Run to ``updates`` optimizer steps (or until stopped); always leaves a checkpoint and the logs."""
+        started = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._closed = asyncio.Event()
+        self.judge = None
+        resume_from = self._prepare_output_dir()
+        self.attempt = self.ledger.attempts() + (1 if resume_from else 0)
+        if resume_from is not None:
+            step = _checkpoint_step(resume_from)
+            self.ledger.resume(step, self.attempt)
+            self.evals = [e for e in _read_jsonl(self.out / "evals.jsonl") if e["update"] <= step]
+        self.log = VersionedLog(self.out / "logs")
+        self._rng = np.random.default_rng([self.cfg.seed, self.attempt])
+        restore_sigint = self._install_sigint()
+        tasks: list[asyncio.Task] = []
+        try:
+            self.stats.status = "loading the policy"
+            self.model_path = await asyncio.to_thread(self._resolve_model)
+            self.policy = _RetryingPolicy(
+                self._policy_arg or await asyncio.to_thread(self._load_policy),
+                self.cfg.policy_retries,
+                self.cfg.retry_backoff,
+            )
+            try:
+                self.judge = self._judge_arg or self._make_judge()
+            except ValueError as err:
+                raise RunError(f"--judge {self.cfg.judge}: {err}") from None
+            self.sampling = SamplingParams(max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature)
+            size = 2 * self.cfg.samples_per_step
+            self.turn_q: asyncio.Queue[Any] = asyncio.Queue(size if self.personal else max(1, self.cfg.rollout_workers))
+            self.sample_q: asyncio.Queue[TrainSample] = asyncio.Queue(size)
+            self._served = asyncio.Event()  # the trainer's weights are serving (resume: the checkpoint's)
+            if resume_from is None:
+                self._served.set()
+            trainer_done: asyncio.Future[tuple[str, str]] = self._loop.create_future()
+            thread = threading.Thread(
+                target=self._trainer_main, args=(resume_from, trainer_done), name="claw-trainer", daemon=True
+            )
+            thread.start()
+            from claw_envs.pool import EnvPool
+
+            self.pool = EnvPool(self.env_id, self._pool_size(), env_kwargs=self._env_kwargs())
+            self.stats.status = "running (sync)" if self.cfg.sync else "running"
+            if self.cfg.sync:
+                tasks.append(asyncio.create_task(self._sync_driver()))
+            else:
+                tasks += [asyncio.create_task(self._rollout_worker(i)) for i in range(self.cfg.rollout_workers)]
+                tasks += [asyncio.create_task(self._judge_worker()) for _ in range(self.cfg.judge_workers)]
+            watch = asyncio.ensure_future(_first_failure(tasks))
+            done, _ = await asyncio.wait({trainer_done, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in done and trainer_done not in done:
+                err = watch.result()
+                self.request_stop("error", f"a worker failed: {type(err).__name__}: {err}")
+                await trainer_done
+            status, message = trainer_done.result()
+            await asyncio.to_thread(thread.join)
+        except RunError:
+            raise
+        except PolicyError as err:
+            status, message = "policy_failed", f"the policy could not start: {err}"
+        finally:
+            restore_sigint()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._close_parts()
+            self.log.close()
+        if self._stop_reason is not None and status in ("done", "stopped"):
+            status, message = self._stop_reason
+        if status == "stopped":
+            status = "interrupted"
+        result = PipelineResult(
+            status=status,
+            message=message,
+            updates=self.trainer.state.global_step if self.trainer is not None else 0,
+            wall_time=time.monotonic() - started,
+            evals=list(self.evals),
+            counters=self.snapshot(),
+            output_dir=self.out,
+            checkpoint=self.checkpoint,
+        )
+        self._write_summary(result)
+        return result
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def _prepare_output_dir(self) -> Path | None:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ledger = Ledger(self.out / "ledger.jsonl")
+        ckpts = self.out / "checkpoints"
+        last = get_last_checkpoint(str(ckpts)) if ckpts.is_dir() else None
+        if self.cfg.resume:
+            if last is None:
+                raise RunError(f"--resume: no checkpoint under {ckpts} to continue from")
+            saved = _read_json(self.out / "run.json")
+            for key in ("env", "method", "model", "lora"):
+                if saved and saved.get(key) != getattr(self.cfg, key):
+                    raise RunError(
+                        f"--resume: this run was started with {key}={saved.get(key)!r}, not {getattr(self.cfg, key)!r}"
+                    )
+            return Path(last)
+        if last is not None or self.ledger.records():
+            raise RunError(
+                f"{self.out} already holds a run; pass --resume to continue it or choose another --output-dir"
+            )
+        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self.cfg).items()}
+        (self.out / "run.json").write_text(json.dumps(config, indent=2, default=str))
+        return None
+
+    def _resolve_model(self) -> str:
+        from claw_train.policy.loader import resolve_model
+
+        return resolve_model(self.cfg.model, family=self.family, progress=False)
+
+    def _load_policy(self) -> Policy:
+        from claw_train.policy.loader import load_policy
+
+        model = self.model_path if self.cfg.policy == "inprocess" else self.cfg.model
+        return load_policy(model, self.cfg.policy, family=self.family, progress=False)
+
+    def _make_judge(self) -> Any:
+        from judges import make_judge
+
+        return make_judge(
+            self.cfg.judge,
+            family=self.family,
+            votes=self.cfg.votes,
+            policy=self.policy.inner if self.cfg.judge == "policy" else None,
+            hints=self.cfg.method != "binary",
+            **self.cfg.judge_options,
+        )
+
+    def _env_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self.cfg.env_kwargs)
+        if self.personal:
+            kwargs.setdefault("persona", self.cfg.persona)
+        if self.cfg.max_turns is not None:
+            kwargs.setdefault("max_turns", self.cfg.max_turns)
+        return kwargs
+
+    def _pool_size(self) -> int:
+        per_worker = 1 if self.personal else self.cfg.group_size
+        return self.cfg.rollout_workers * per_worker
+
+    def _install_sigint(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        try:
+            self._loop.add_signal_handler(
+                signal.SIGINT, lambda: self.request_stop("interrupted", "Ctrl-C: checkpointing, then exiting")
+            )
+        except (NotImplementedError, RuntimeError):
+            return lambda: None
+        return lambda: self._loop.remove_signal_handler(signal.SIGINT)
+
+    async def _close_parts(self) -> None:
+        for name in ("pool", "judge", "policy"):
+            part = getattr(self, name, None)
+            if part is None:
+                continue
+            closer = getattr(part.inner if name == "policy" else part, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(closer(), 60)
+
+    # -- rollouts ---------------------------------------------------------------------------
+
+    def _next_seed(self) -> int:
+        self._episode_no += 1
+        return int(self._rng.integers(0, 2**31 - 1))
+
+    async def _play(self, emit: Callable[[TurnRecord], Awaitable[None]], *, group: str = "", options=None) -> int:
+        """One episode through the pool; each turn goes to ``emit``. Returns the number of turns."""
+        seed = self._next_seed()
+        agent = _StreamingAgent(self.policy, self.sampling, group_id=group or f"ep{self.attempt}-{seed}", emit=emit)
+        result = await self.pool.run_episode(agent, seed=seed, options=options)
+        if agent.error is not None:
+            if isinstance(agent.error, PolicyDown):
+                self.request_stop("policy_failed", str(agent.error))
+            else:
+                self.stats.add("generation_errors")
+            return len(agent.turns)
+        if agent._pending is not None and len(result.infos) == len(result.actions) + 1:
+            agent.observe(result.rewards[-1] if result.rewards else 0.0, result.infos[-1])
+        elif agent._pending is not None:  # the env never answered (timeout, crash): nothing to learn from
+            self.stats.mask(f"env_{result.status}")
+        await agent.flush()
+        self.stats.add("episodes")
+        if result.status != "ok":
+            self.stats.add(f"episodes_{result.status}")
+        return len(agent.turns)
+
+    async def _rollout_worker(self, index: int) -> None:
+        await self._served.wait()
+        while not self._closed.is_set():
+            if self.personal:
+                await self._play(self._put_turn)
+            else:
+                await self._put_turn(await self._play_group())
+
+    async def _put_turn(self, item: Any) -> None:
+        self.stats.add("turns", len(item) if isinstance(item, list) else 1)
+        await self.turn_q.put(item)
+
+    async def _play_group(self) -> list[list[TurnRecord]]:
+        """``group_size`` episodes of one task (its group for step-index normalisation)."""
+        if not hasattr(self, "_tasks"):
+            self._tasks = self.env_cls.default_tasks("train")
+        task = self._tasks.sample(self._rng)
+        group = f"g{self.attempt}-{self._episode_no}-{task.id}"
+        episodes: list[list[TurnRecord]] = [[] for _ in range(self.cfg.group_size)]
+
+        def collector(k: int) -> Callable[[TurnRecord], Awaitable[None]]:
+            async def emit(turn: TurnRecord) -> None:
+                episodes[k].append(turn)
+
+            return emit
+
+        options = {"task_id": task.id}
+        await asyncio.gather(*(self._play(collector(k), group=group, options=options) for k in range(len(episodes))))
+        return [e for e in episodes if e]
+
+    # -- judging ----------------------------------------------------------------------------
+
+    async def _judge_worker(self) -> None:
+        while True:
+            item = await self.turn_q.get()
+            samples = await (self._judge_group(item) if isinstance(item, list) else self._judge_personal(item))
+            for sample in samples:
+                await self.sample_q.put(sample)
+
+    async def _judgement(self, turn: TurnRecord) -> Any:
+        try:
+            return await self.judge.judge(turn.action_text, turn.next_state, turn.messages)
+        except Exception as err:  # a judge must never take the pipeline down
+            self.stats.add("judge_errors")
+            turn.info["judge_error"] = f"{type(err).__name__}: {err}"
+            return None
+
+    async def _teacher_logprobs(self, turn: TurnRecord, hint: str | None) -> list[float] | None:
+        """``log π(a_t | s + hint)`` over the turn's generated tokens (a prefill on the serving policy)."""
+        if hint is None or self.cfg.method == "binary":
+            return None
+        from claw_envs.conversation.demos import hinted_messages
+        from claw_train.policy.inprocess import render_prompt
+
+        try:
+            ids = render_prompt(
+                self.policy.tokenizer, hinted_messages(turn.messages, hint), tools=turn.info.get("tools")
+            )
+            kwargs = {"temperature": self.cfg.temperature} if self.cfg.temperature != 1.0 else {}
+            return await self.policy.logprobs(ids, turn.completion_ids, **kwargs)
+        except PolicyDown as err:
+            self.request_stop("policy_failed", str(err))
+        except PolicyError as err:
+            self.stats.add("teacher_errors")
+            turn.info["teacher_error"] = str(err)
+        return None
+
+    def _usable(self, turn: TurnRecord) -> str | None:
+        """Why a turn cannot be learned from before judging (``None``: it can)."""
+        if turn.status != "ok":
+            return f"infra_{turn.status}"
+        if turn.next_state is None:
+            return "no_next_state"
+        if not turn.completion_ids:
+            return "empty_completion"
+        return None
+
+    async def _judge_personal(self, turn: TurnRecord) -> list[TrainSample]:
+        reason = self._usable(turn)
+        judgement = None if reason else await self._judgement(turn)
+        if reason is None and judgement is None:
+            reason = "judge_error"
+        score = hint = teacher = None
+        if judgement is not None:
+            self._count_judgement(judgement)
+            score = judgement.score if judgement.available else None
+            hint = judgement.hint if getattr(judgement, "hint_available", True) else None
+            teacher = await self._teacher_logprobs(turn, hint)
+        adv = None
+        if reason is None:
+            adv = method_advantages(
+                self.cfg.method,
+                len(turn.completion_ids),
+                score=score,
+                teacher_logprobs=teacher,
+                old_logprobs=turn.logprobs,
+                w_rl=self.cfg.w_rl,
+                w_opd=self.cfg.w_opd,
+            )
+            if adv is None:
+                reason = "judge_unavailable" if judgement is not None and not judgement.available else "no_signal"
+        return self._emit([(turn, adv, score, hint if teacher is not None else None, judgement, reason)])
+
+    async def _judge_group(self, episodes: list[list[TurnRecord]]) -> list[TrainSample]:
+        turns = [t for ep in episodes for t in ep]
+        reasons = [self._usable(t) for t in turns]
+        judgements = await asyncio.gather(
+            *(self._judgement(t) if r is None else _none() for t, r in zip(turns, reasons, strict=True))
+        )
+        steps, where = [], []
+        k = 0
+        for ep in episodes:
+            outcome = next((t.next_state.outcome for t in reversed(ep) if t.next_state is not None), None)
+            for t in ep:
+                j = judgements[k]
+                if j is not None:
+                    self._count_judgement(j)
+                if reasons[k] is None and (j is None or not j.available):
+                    reasons[k] = "judge_unavailable" if j is not None else "judge_error"
+                if reasons[k] is None:
+                    steps.append(StepReward(t.group_id, t.step_index, float(outcome or 0.0), float(j.score)))
+                    where.append(k)
+                k += 1
+        normalised = step_index_normalise(steps, c=self.cfg.prm_c)
+        norm = dict(zip(where, normalised, strict=True))
+        hints = [j.hint if j is not None and getattr(j, "hint_available", True) else None for j in judgements]
+        teachers = await asyncio.gather(
+            *(
+                self._teacher_logprobs(t, h) if reasons[k] is None else _none()
+                for k, (t, h) in enumerate(zip(turns, hints, strict=True))
+            )
+        )
+        rows = []
+        for k, t in enumerate(turns):
+            adv = None
+            if reasons[k] is None:
+                adv = method_advantages(
+                    self.cfg.method,
+                    len(t.completion_ids),
+                    score=norm.get(k),
+                    teacher_logprobs=teachers[k],
+                    old_logprobs=t.logprobs,
+                    w_rl=self.cfg.w_rl,
+                    w_opd=self.cfg.w_opd,
+                )
+                if adv is None:
+                    reasons[k] = "no_signal"
+            score = judgements[k].score if judgements[k] is not None else None
+            rows.append((t, adv, score, hints[k] if teachers[k] is not None else None, judgements[k], reasons[k]))
+        return self._emit(rows)
+
+    def _count_judgement(self, j: Any) -> None:
+        self.stats.add("judged")
+        if not j.available:
+            self.stats.add("judge_unavailable")
+        else:
+            self.stats.score(j.score)
+        if j.hint is not None:
+            self.stats.add("hints")
+
+    def _emit(self, rows: list[tuple[TurnRecord, Any, Any, Any, Any, str | None]]) -> list[TrainSample]:
+        """Log every judged turn with its decision; return the accepted samples (with fresh ids)."""
+        out = []
+        for turn, adv, score, hint, judgement, reason in rows:
+            sample_id = None
+            if reason is None:
+                self._sample_no += 1
+                sample_id = f"a{self.attempt}-{self._sample_no:07d}"
+                out.append(TrainSample(turn, adv, self.cfg.method, score=score, hint=hint, sample_id=sample_id))
+                self.stats.add("samples")
+            else:
+                self.stats.mask(reason)
+            self.log.write(turn.policy_version, _turn_record(turn, judgement, adv, reason, sample_id))
+        return out
+
+    # -- sync mode --------------------------------------------------------------------------
+
+    async def _sync_driver(self) -> None:
+        """Roll out, then judge, then train — one after another, never overlapping."""
+        await self._served.wait()
+        pending: list[TrainSample] = []
+        items: list[Any] = []
+
+        async def collect(item: Any) -> None:
+            items.append(item)
+            self.stats.add("turns", len(item) if isinstance(item, list) else 1)
+
+        while not self._closed.is_set():
+            items.clear()
+            if self.personal:
+                await asyncio.gather(*(self._play(collect) for _ in range(self.cfg.rollout_workers)))
+            else:
+                groups = await asyncio.gather(*(self._play_group() for _ in range(self.cfg.rollout_workers)))
+                for g in groups:
+                    await collect(g)
+            judged = await asyncio.gather(
+                *(self._judge_group(i) if isinstance(i, list) else self._judge_personal(i) for i in items)
+            )
+            pending += [s for batch in judged for s in batch]
+            while len(pending) >= self.cfg.samples_per_step and not self._closed.is_set():
+                step = self.trainer_step()
+                for s in pending[: self.cfg.samples_per_step]:
+                    await self.sample_q.put(s)
+                pending = pending[self.cfg.samples_per_step :]
+                await self._wait_step(step + 1)
+
+    def trainer_step(self) -> int:
+        return self.trainer.state.global_step if self.trainer is not None else 0
+
+    async def _wait_step(self, step: int) -> None:
+        """Wait (no polling) until the trainer has made optimizer step ``step`` or the run stops."""
+        while True:
+            event = self._step_event = asyncio.Event()
+            if self.trainer_step() >= step or self._closed.is_set():
+                return
+            waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closed.wait())]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+
+    # -- trainer thread ---------------------------------------------------------------------
+
+    def _trainer_main(self, resume_from: Path | None, done: asyncio.Future) -> None:
+        def finish(status: str, message: str) -> None:
+            self._loop.call_soon_threadsafe(lambda: done.done() or done.set_result((status, message)))
+
+        try:
+            self.trainer = self._build_trainer()
+            self.stats.status = "training"
+            self.trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        except Exception as err:
+            from claw_train.trainer import FeedClosed
+
+            if not isinstance(err, FeedClosed):
+                self.request_stop("error", f"trainer failed: {type(err).__name__}: {err}")
+            self._save_checkpoint()
+            status, message = self._stop_reason or ("stopped", "stopped")
+            finish(status, message)
+            return
+        self._save_checkpoint()
+        self.request_stop("done", f"finished {self.trainer.state.global_step} updates")
+        finish("done", f"finished {self.trainer.state.global_step} updates")
+
+    def _build_trainer(self) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from claw_train.trainer import ClawConfig, ClawTrainer, WeightPublisher
+
+        overrides = {
+            "method": self.cfg.method,
+            "w_rl": self.cfg.w_rl,
+            "w_opd": self.cfg.w_opd,
+            "prm_c": self.cfg.prm_c,
+            "max_staleness": self.cfg.max_staleness,
+            "samples_per_step": self.cfg.samples_per_step,
+            "per_device_train_batch_size": self.cfg.samples_per_step,
+            "temperature": self.cfg.temperature,
+            "max_steps": self.cfg.updates,
+            "save_steps": self.cfg.checkpoint_every,
+            "report_to": self.cfg.report_to,
+            "seed": self.cfg.seed,
+            **self.cfg.trainer,
+        }
+        args = ClawConfig.for_model(self.cfg.model, self.out / "checkpoints", **overrides)
+        dtype = torch.float32 if args.use_cpu else "auto"
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        peft_config = None
+        if self.cfg.lora:
+            from peft import LoraConfig
+
+            peft_config = LoraConfig(
+                r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+            )
+        to_disk = None if self.cfg.policy == "inprocess" else self.out / "weights"
+        callbacks = [WeightPublisher(self._publish, to_disk=to_disk), _glue_callback(self)]
+        return ClawTrainer(
+            model, args, source=_SampleFeed(self.sample_q, self._loop, self._closed), processing_class=tokenizer,
+            peft_config=peft_config, callbacks=callbacks,
+        )  # fmt: skip
+
+    def _publish(self, weights: Any, version: int) -> None:
+        try:
+            self.policy.inner.publish(weights, version)
+        except PolicyError as err:
+            self.stats.add("publish_errors")
+            self.log.write(version, {"kind": "event", "event": "publish_failed", "error": str(err)})
+            return
+        self.stats.version = version
+        self._loop.call_soon_threadsafe(self._served.set)
+
+    def _save_checkpoint(self) -> None:
+        trainer = self.trainer
+        if trainer is None:
+            return
+        path = self.out / "checkpoints" / f"checkpoint-{trainer.state.global_step}"
+        try:
+            if not (path / "trainer_state.json").exists() and trainer.state.global_step > 0:
+                trainer._save_checkpoint(trainer.model, trial=None)
+            if path.exists():
+                self.checkpoint = path
+        except Exception as err:  # the run is ending anyway: say so, keep what is on disk
+            self.say(f"could not save a checkpoint: {err}")
+
+    def _on_step_end(self, trainer: Any) -> None:
+        """Trainer thread, after each optimizer step: ledger, logs, stats, evaluation when due."""
+        step = trainer.state.global_step
+        batch = trainer.current_batch
+        self.ledger.update(
+            step,
+            [s.sample_id for s in batch],
+            dropped=[s.sample_id for s in trainer.current_dropped],
+            versions=[s.turn.policy_version for s in batch],
+            score_mean=_mean([s.score for s in batch if s.score is not None]),
+        )
+        self.stats.trained(len(batch))
+        self.stats.staleness = _mean([step - 1 - s.turn.policy_version for s in batch]) or 0.0
+        logs = trainer.state.log_history[-1] if trainer.state.log_history else {}
+        self.log.write(
+            step,
+            {
+                "kind": "update",
+                "update": step,
+                "samples": [s.sample_id for s in batch],
+                "loss": logs.get("loss"),
+                "nan_skipped": trainer.counters.get("nan_skipped", 0),
+                "judge": self.judge.metrics_dict() if hasattr(self.judge, "metrics_dict") else None,
+                "masked": dict(self.stats.masked),
+            },
+        )
+        if getattr(self, "_step_event", None) is not None:
+            self._loop.call_soon_threadsafe(self._step_event.set)
+        self._maybe_evaluate(step)
+
+    def _maybe_evaluate(self, step: int) -> None:
+        if not self.cfg.eval_every or step % self.cfg.eval_every or any(e["update"] == step for e in self.evals):
+            return
+        evaluate = _evaluator(self.family)
+        if evaluate is None:
+            return
+        self.stats.status = f"evaluating version {step}"
+        future = asyncio.run_coroutine_threadsafe(evaluate(self, step), self._loop)
+        try:
+            row = future.result()
+        except Exception as err:
+            self.say(f"evaluation at update {step} failed: {type(err).__name__}: {err}")
+            self.stats.status = "training"
+            return
+        self.evals.append(row)
+        self.stats.last_eval = row
+        with (self.out / "evals.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        self.log.write(step, {"kind": "eval", **row})
+        self.say(
+            f"update {step:>3}  personalization score {row['score']:.3f} ± {row['score_sd']:.3f}  "
+            f"valid {row['valid_rate']:.0%}  correct {row['correct_rate']:.0%}"
+        )
+        self.stats.status = "training"
+
+    def _write_summary(self, result: PipelineResult) -> None:
+        from claw_train.plots import learning_curve
+
+        ledger = self.ledger.effective()
+        train_curve = [(u["update"], u.get("score_mean")) for u in ledger]
+        try:
+            learning_curve(self.out / "learning_curve.png", self.evals, train_curve, title=self._title())
+        except Exception as err:  # a plot must not hide the run's result
+            self.say(f"could not draw the learning curve: {err}")
+        summary = {
+            "status": result.status,
+            "message": result.message,
+            "updates": result.updates,
+            "wall_time": round(result.wall_time, 1),
+            "evals": result.evals,
+            "counters": result.counters,
+            "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+
+    def _title(self) -> str:
+        mode = "sync" if self.cfg.sync else "async"
+        return f"{self.env_id} · {self.cfg.method} · {self.cfg.model} · {mode}"
+
+
+def _glue_callback(pipeline: Pipeline) -> Any:
+    """The TrainerCallback that ties the trainer's steps to the pipeline (built here so that importing this
+    module does not import transformers)."""
+    from transformers import TrainerCallback
+
+    class PipelineCallback(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            pipeline.stats.version = state.global_step
+            pipeline._maybe_evaluate(state.global_step)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            pipeline._on_step_end(pipeline.trainer)
+
+    return PipelineCallback()
+
+
+def _evaluator(family: str) -> Callable[[Pipeline, int], Awaitable[dict[str, Any]]] | None:
+    if family == "conversation":
+        return _conversation_eval
+    return None
+
+
+async def _conversation_eval(p: Pipeline, step: int) -> dict[str, Any]:
+    from claw_train.evaluation.conversation import personalization_eval
+
+    sampling = dataclasses.replace(p.sampling, seed=p.cfg.eval_seed)
+    report = await personalization_eval(
+        p.policy.inner, persona=p.cfg.persona, n=p.cfg.eval_n, seed=p.cfg.eval_seed, sampling=sampling
+    )
+    return {
+        "update": step,
+        "version": p.policy.version,
+        "score": report.score,
+        "score_sd": report.score_sd,
+        "valid_rate": report.valid_rate,
+        "correct_rate": report.correct_rate,
+        "n": report.n,
+        "failed_generations": report.failed_generations,
+        "preference_rates": report.preference_rates,
+    }
+
+
+def _turn_record(
+    turn: TurnRecord, judgement: Any, adv: list[float] | None, reason: str | None, sample_id: str | None
+) -> dict[str, Any]:
+    ns = turn.next_state
+    record: dict[str, Any] = {
+        "kind": "turn",
+        "episode": turn.episode_id,
+        "group": turn.group_id,
+        "task": turn.task_id,
+        "step": turn.step_index,
+        "version": turn.policy_version,
+        "status": turn.status,
+        "finish_reason": turn.finish_reason,
+        "action": turn.action_text,
+        "tokens": len(turn.completion_ids),
+        "next_state": None
+        if ns is None
+        else {
+            "text": ns.text,
+            "role": ns.role,
+            "evaluative": ns.evaluative.score,
+            "directive": ns.directive,
+            "outcome": ns.outcome,
+        },
+        "decision": "accepted" if reason is None else "masked",
+        "reason": reason,
+        "sample_id": sample_id,
+    }
+    if judgement is not None:
+        record["judgement"] = judgement.to_dict() if hasattr(judgement, "to_dict") else repr(judgement)
+        record["hint_accepted"] = judgement.hint is not None
+    if adv is not None:
+        record["advantage"] = {"mean": _mean(adv), "min": min(adv), "max": max(adv)}
+    for key in ("judge_error", "teacher_error"):
+        if key in turn.info:
+            record[key] = turn.info[key]
+    return record
+
+
+async def _none() -> None:
+    return None
+
+
+async def _first_failure(tasks: list[asyncio.Task]) -> BaseException:
+    """The first exception any worker raises (cancellation is not a failure); waits forever otherwise."""
+    pending = set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                return t.exception()
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+def _mean(values: list[float]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.fmean(finite) if finite else None
+
+
+def _checkpoint_step(path: Path) -> int:
+    return int(path.name.rsplit("-", 1)[-1])
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

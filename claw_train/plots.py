@@ -1,0 +1,82 @@
+"""The learning-curve PNG and the end-of-run summary table."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+
+def learning_curve(
+    path: str | os.PathLike[str],
+    evals: Sequence[Mapping[str, Any]],
+    train: Sequence[tuple[int, float | None]] = (),
+    *,
+    title: str = "",
+) -> Path:
+    """Score vs update: held-out evaluation (with its valid-reply rate) and the mean judge score of each batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    if evals:
+        xs = [e["update"] for e in evals]
+        ax.errorbar(
+            xs, [e["score"] for e in evals], yerr=[e.get("score_sd", 0) for e in evals], marker="o", capsize=3,
+            label="held-out score (first reply)",
+        )  # fmt: skip
+        if all("valid_rate" in e for e in evals):
+            ax.plot(xs, [e["valid_rate"] for e in evals], "--", marker=".", alpha=0.7, label="valid-reply rate")
+    points = [(u, s) for u, s in train if s is not None]
+    if points:
+        ax.plot(*zip(*points, strict=True), alpha=0.5, label="batch mean judge score")
+    ax.set_xlabel("update")
+    ax.set_ylabel("score")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    if evals or points:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Table:
+    """What a finished run did: status, updates, samples, masking, judge health, the evaluation curve."""
+    counters = summary.get("counters", {})
+    counts = counters.get("counts", {})
+    trainer = counters.get("trainer", {})
+    judge = counters.get("judge") or {}
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("status", f"{summary['status']}: {summary['message']}")
+    table.add_row("updates", str(summary["updates"]))
+    table.add_row("wall time", f"{summary['wall_time']:.1f} s")
+    table.add_row("episodes / turns", f"{counts.get('episodes', 0)} / {counts.get('turns', 0)}")
+    table.add_row("samples trained", str(trainer.get("trained", 0)))
+    masked = counters.get("masked", {})
+    table.add_row("turns masked", ", ".join(f"{k} {v}" for k, v in sorted(masked.items())) or "0")
+    table.add_row("stale samples dropped", str(trainer.get("stale_dropped", 0)))
+    table.add_row("NaN steps skipped", str(trainer.get("nan_skipped", 0)))
+    judged = counts.get("judged", 0)
+    if judged:
+        table.add_row("hints accepted", f"{counts.get('hints', 0)}/{judged} ({counts.get('hints', 0) / judged:.0%})")
+    if judge.get("unavailable") or counts.get("judge_unavailable"):
+        table.add_row("[yellow]judge unavailable[/yellow]", str(counts.get("judge_unavailable", 0)))
+    for e in summary.get("evals", []):
+        table.add_row(
+            f"eval @ update {e['update']}",
+            f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  (valid {e.get('valid_rate', 0):.0%})",
+        )
+    if summary.get("checkpoint"):
+        table.add_row("checkpoint", str(summary["checkpoint"]))
+    return table
