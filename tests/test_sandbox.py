@@ -388,6 +388,14 @@ def test_cpu_time_and_file_size_limits_say_what_happened():
         assert os.path.getsize(box._root / "workspace" / "big.bin") <= 1 << 20
 
 
+@needs_bwrap
+def test_limits_hold_without_the_prlimit_tool(monkeypatch):
+    with LocalSandbox(isolation="bwrap", memory_mb=256, cpu_seconds=7) as box:
+        monkeypatch.setattr(box, "_prlimit", None)  # then a preexec_fn sets the rlimits
+        res = box.run("ulimit -v; ulimit -t")
+        assert res.stdout.split() == [str(256 * 1024), "7"]
+
+
 # -- fallbacks and the other backend -----------------------------------------------------------------
 
 

@@ -54,12 +54,35 @@ class Limits:
         return triples
 
 
-def apply_rlimits(triples: list[tuple[int, int, int]]) -> None:
-    """Lower soft and hard limits, never above the current hard limit (runs in the forked child)."""
+def clamp(triples: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The limits lowered to what this process may set (never above its current hard limits)."""
+    clamped = []
     for res, soft, hard in triples:
         _cur_soft, cur_hard = resource.getrlimit(res)
         if cur_hard != resource.RLIM_INFINITY:
             soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+        clamped.append((res, soft, hard))
+    return clamped
+
+
+_PRLIMIT_NAMES = {
+    resource.RLIMIT_AS: "as",
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_NPROC: "nproc",
+}
+
+
+def prlimit_options(triples: list[tuple[int, int, int]]) -> list[str]:
+    """The same limits as options of util-linux ``prlimit`` (``--as=soft:hard`` ...)."""
+    return [f"--{_PRLIMIT_NAMES[res]}={soft}:{hard}" for res, soft, hard in clamp(triples)]
+
+
+def apply_rlimits(triples: list[tuple[int, int, int]]) -> None:
+    """Set the limits in this process (a ``preexec_fn`` when the ``prlimit`` tool is missing)."""
+    for res, soft, hard in clamp(triples):
         resource.setrlimit(res, (soft, hard))
 
 
@@ -163,15 +186,9 @@ class RunCgroup:
             return None
         return cls([path])
 
-    def attach_self(self) -> None:
-        """Move the calling process into the cgroup (runs in the forked child before exec)."""
-        pid = str(os.getpid()).encode()
-        for path in self.dirs:
-            fd = os.open(path / "cgroup.procs", os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
+    def procs_files(self) -> list[str]:
+        """The files a process writes its pid to in order to join this cgroup."""
+        return [str(path / "cgroup.procs") for path in self.dirs]
 
     def pids(self) -> set[int]:
         found: set[int] = set()

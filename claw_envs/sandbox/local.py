@@ -14,6 +14,7 @@ into a head+tail buffer of ``output_limit`` bytes per stream.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
@@ -28,12 +29,20 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 from claw_envs.sandbox.base import ExecResult, Sandbox, SandboxError
-from claw_envs.sandbox.limits import Limits, RunCgroup, apply_rlimits, limit_note, user_task_count, with_note
+from claw_envs.sandbox.limits import (
+    Limits,
+    RunCgroup,
+    apply_rlimits,
+    limit_note,
+    prlimit_options,
+    user_task_count,
+    with_note,
+)
 from claw_envs.sandbox.output import CappedOutput
 
 SANDBOX_UID = 1000
@@ -55,8 +64,8 @@ ETC_ENTRIES = (
     "host.conf",
     "protocols",
     "services",
-    "ssl",
-    "ca-certificates",
+    "ssl/certs",
+    "ssl/openssl.cnf",
     "mime.types",
     "magic",
     "inputrc",
@@ -66,6 +75,11 @@ ETC_ENTRIES = (
     "debian_version",
     "python3",
     f"python{sys.version_info.major}.{sys.version_info.minor}",
+)
+CGROUP_JOIN_FAILED = "claw-sandbox: cannot join cgroup"
+CGROUP_JOIN = (  # sh -c CGROUP_JOIN sh <cgroup.procs files...> -- <command...>
+    f'while [ "$1" != -- ]; do echo $$ > "$1" || {{ echo "{CGROUP_JOIN_FAILED} $1" >&2; exit 125; }}; shift; done; '
+    'shift; exec "$@"'
 )
 RUN_MARKER = "CLAW_SANDBOX_RUN"  # set in every command's environment; finds escaped processes without bwrap
 EXIT_GRACE = 0.2  # seconds to wait for output pipes to close after the command itself exited
@@ -113,7 +127,7 @@ class LocalSandbox(Sandbox):
         self._closed = False
         self._root = Path(tempfile.mkdtemp(prefix="claw-sandbox-"))
         self._finalizer = weakref.finalize(self, _remove_tree, self._root)
-        for name in ("workspace", "tmp", "home", "etc"):
+        for name in ("workspace", "tmp", "home"):
             (self._root / name).mkdir()
         self._shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
         self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
@@ -124,7 +138,6 @@ class LocalSandbox(Sandbox):
         elif bwrap is None:
             reason = "bubblewrap (bwrap) is not installed"
         else:
-            self._write_identity_files()
             self._bwrap_args = self._bwrap_base(bwrap)
             reason = _probe(tuple(self._bwrap_args), self._root)
         if reason is not None and isolation == "bwrap":
@@ -192,18 +205,19 @@ class LocalSandbox(Sandbox):
         else:
             full, popen_env, popen_cwd = argv, environment, str(host_cwd)
             nproc = None if os.geteuid() == 0 else user_task_count(os.getuid()) + self.limits.max_processes
+        launch, preexec = self._launcher(self.limits.rlimits(nproc=nproc), cgroup)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                full,
+                [*launch, *full],
                 stdin=subprocess.PIPE if data else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=popen_cwd,
                 env=popen_env,
                 start_new_session=True,
-                preexec_fn=functools.partial(_child_setup, self.limits.rlimits(nproc=nproc), cgroup),
+                preexec_fn=preexec,
             )
         except (OSError, ValueError, subprocess.SubprocessError) as err:
             if cgroup:
@@ -222,6 +236,8 @@ class LocalSandbox(Sandbox):
                 oom_kills = cgroup.oom_kills()
                 cgroup.remove()
         code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        if cgroup is not None and code == 125 and err.head.startswith(CGROUP_JOIN_FAILED.encode()):
+            raise SandboxError(err.text().strip())
         if self.isolation == "bwrap" and code == 1 and out.total == 0 and err.head.startswith(b"bwrap: "):
             raise SandboxError(f"bubblewrap failed to start the command: {err.text().strip()}")
         return ExecResult(
@@ -333,11 +349,7 @@ class LocalSandbox(Sandbox):
                 args += ["--symlink", os.readlink(name), name]
             elif os.path.isdir(name):
                 args += ["--ro-bind", name, name]
-        for name in ETC_ENTRIES:
-            if os.path.lexists(f"/etc/{name}"):
-                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        for name in ("passwd", "group"):
-            args += ["--ro-bind", str(self._root / "etc" / name), f"/etc/{name}"]
+        args += ["--ro-bind", _shared_etc(), "/etc"]
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--bind", str(self._root / "tmp"), INSIDE_TMP]
         args += ["--bind", str(self._root / "home"), INSIDE_HOME]
@@ -349,15 +361,6 @@ class LocalSandbox(Sandbox):
             args += ["--ro-bind", host, inside]
         args += ["--remount-ro", "/"]
         return args
-
-    def _write_identity_files(self) -> None:
-        etc = self._root / "etc"
-        (etc / "passwd").write_text(
-            "root:x:0:0:root:/root:/usr/sbin/nologin\n"
-            f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:claw sandbox:{INSIDE_HOME}:/bin/bash\n"
-            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-        )
-        (etc / "group").write_text(f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
 
     # -- collecting output and cleaning up ---------------------------------------------------
 
@@ -409,6 +412,21 @@ class LocalSandbox(Sandbox):
                         stream.close()
         return out, err, timed_out
 
+    def _launcher(
+        self, rlimits: list[tuple[int, int, int]], cgroup: RunCgroup | None
+    ) -> tuple[list[str], Callable[[], None] | None]:
+        """The command prefix that joins the cgroup and sets the rlimits, and a ``preexec_fn`` if needed.
+
+        Small exec'd helpers (sh, prlimit) instead of a Python ``preexec_fn`` let ``subprocess`` use
+        vfork, which saves a fork of this whole process per command.
+        """
+        prefix = []
+        if cgroup is not None:
+            prefix += ["/bin/sh", "-c", CGROUP_JOIN, "sh", *cgroup.procs_files(), "--"]
+        if self._prlimit is None:
+            return prefix, functools.partial(apply_rlimits, rlimits)
+        return [*prefix, self._prlimit, *prlimit_options(rlimits), "--"], None
+
     def _kill_tree(self, proc: subprocess.Popen, run_id: str, cgroup: RunCgroup | None) -> None:
         """SIGKILL the command's process group, its cgroup, and (without bwrap) anything carrying its marker."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -429,13 +447,6 @@ def _write_some(stream: object, pending: memoryview | None) -> memoryview | None
     except (BrokenPipeError, OSError):
         return None
     return pending[written:]
-
-
-def _child_setup(rlimits: list[tuple[int, int, int]], cgroup: RunCgroup | None) -> None:
-    """Runs in the forked child before exec: join the cgroup, lower the rlimits."""
-    if cgroup is not None:
-        cgroup.attach_self()
-    apply_rlimits(rlimits)
 
 
 def _kill_marked(run_id: str) -> None:
@@ -486,6 +497,34 @@ def _normalise_binds(binds: Iterable[str | tuple[str, str]]) -> tuple[tuple[str,
             raise ValueError(f"binds_ro: the inside path must be absolute, got {inside!r}")
         pairs.append((host, inside))
     return tuple(pairs)
+
+
+@functools.cache
+def _shared_etc() -> str:
+    """A read-only ``/etc`` for every sandbox of this process: copies of the few host entries that
+    commands need (no secrets: not shadow, not ssl/private) plus our own passwd and group.
+
+    One bind mount instead of one per entry keeps each command's start-up cheap.
+    """
+    root = Path(tempfile.mkdtemp(prefix="claw-sandbox-etc-"))
+    atexit.register(shutil.rmtree, root, True)
+    for name in ETC_ENTRIES:
+        src, dst = Path("/etc", name), root / name
+        if not os.path.lexists(src):
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # an unreadable entry is left out, not fatal
+            if src.is_dir() and not src.is_symlink():
+                shutil.copytree(src, dst, symlinks=True)
+            else:
+                shutil.copy2(src, dst, follow_symlinks=False)
+    (root / "passwd").write_text(
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:claw sandbox:{INSIDE_HOME}:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    (root / "group").write_text(f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+    return str(root)
 
 
 @functools.cache

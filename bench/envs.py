@@ -1,0 +1,121 @@
+"""Environment-side overheads, as ratios measured in this one run (prints a table; not a test).
+
+Each row times the same work two ways, ``ours`` (through claw) and ``bare`` (the plain way), and
+prints both medians and ``ours / bare``. To add a row, write a function ``(repeats) -> Row`` and put
+it in ``ROWS``.
+
+Run: ``.venv/bin/python bench/envs.py [--repeats N] [--ray]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+
+import claw_envs  # noqa: F401  registers the env ids
+from claw_envs.pool import EnvPool
+from claw_envs.sandbox import make_sandbox
+
+
+@dataclass
+class Row:
+    """One measurement: seconds per repetition, through claw (``ours``) and the plain way (``bare``)."""
+
+    name: str
+    ours: list[float]
+    bare: list[float]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ours) / statistics.median(self.bare)
+
+
+def timed(fn: Callable[[], object], repeats: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def sandbox_true(repeats: int) -> Row:
+    """``true`` through the local sandbox vs a bare ``subprocess.run``."""
+    with make_sandbox("local") as sandbox:
+        ours = timed(lambda: sandbox.run(["true"]), repeats)
+        name = f"`true`: local sandbox ({sandbox.isolation}) vs subprocess.run"
+    bare = timed(lambda: subprocess.run(["true"], check=True), repeats)
+    return Row(name, ours, bare)
+
+
+def _pool_step_times(repeats: int, backend: str) -> list[float]:
+    """Seconds per Echo step through an EnvPool: the gap between consecutive agent calls."""
+    stamps: list[float] = []
+
+    async def agent(obs: object, info: dict) -> str:
+        stamps.append(time.perf_counter())
+        return "not the phrase"
+
+    async def play() -> None:
+        async with EnvPool("claw/Echo-v0", 1, env_kwargs={"max_turns": repeats + 4}, backend=backend) as pool:
+            await pool.run_episode(agent, seed=0)
+
+    asyncio.run(play())
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    return gaps[3:]  # the first steps warm up
+
+
+def _direct_step_times(repeats: int) -> list[float]:
+    env = gym.make("claw/Echo-v0", max_turns=repeats + 4).unwrapped
+    env.reset(seed=0)
+    try:
+        return timed(lambda: env.step("not the phrase"), repeats)
+    finally:
+        env.close()
+
+
+def echo_pool_local(repeats: int) -> Row:
+    """An Echo step through ``EnvPool(backend="local")`` vs a direct ``env.step``."""
+    ours = _pool_step_times(repeats, "local")
+    return Row("Echo step: EnvPool(local) vs direct env.step", ours, _direct_step_times(repeats))
+
+
+def echo_pool_ray(repeats: int) -> Row:
+    """An Echo step through ``EnvPool(backend="ray")`` (an actor call) vs a direct ``env.step``."""
+    ours = _pool_step_times(repeats, "ray")
+    return Row("Echo step: EnvPool(ray) vs direct env.step", ours, _direct_step_times(repeats))
+
+
+ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local]
+
+
+def print_rows(rows: list[Row], repeats: int) -> None:
+    print(f"medians over {repeats} repetitions each (after 3 warm-up runs), measured in this run")
+    width = max(len(r.name) for r in rows)
+    print(f"{'measurement':<{width}}  {'ours ms':>9}  {'bare ms':>9}  {'ours/bare':>9}")
+    for r in rows:
+        ours_ms, bare_ms = 1000 * statistics.median(r.ours), 1000 * statistics.median(r.bare)
+        print(f"{r.name:<{width}}  {ours_ms:>9.3f}  {bare_ms:>9.3f}  {r.ratio:>8.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--ray", action="store_true", help="add the Ray backend row (starts a local Ray, ~15 s)")
+    args = parser.parse_args()
+    rows = ROWS + ([echo_pool_ray] if args.ray else [])
+    print_rows([measure(args.repeats) for measure in rows], args.repeats)
+
+
+if __name__ == "__main__":
+    main()
