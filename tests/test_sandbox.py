@@ -145,6 +145,22 @@ async def test_arun_runs_commands_concurrently(sb):
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(4)]
 
 
+@needs_bwrap
+async def test_closing_a_sandbox_kills_the_commands_still_running():
+    box = LocalSandbox(isolation="bwrap")
+    tok = token()
+    pending = asyncio.ensure_future(box.arun(f"exec -a {tok} sleep 1000", timeout=600))
+    for _ in range(100):
+        if processes_with(tok):
+            break
+        await asyncio.sleep(0.05)
+    assert processes_with(tok), "the command never started"
+    pending.cancel()  # what an env does when the pool cancels its step
+    box.close()
+    assert_nothing_left(tok)
+    assert not box._root.exists()
+
+
 # -- bad input ------------------------------------------------------------------------------------
 
 

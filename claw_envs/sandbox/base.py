@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Self
+
+RUN_THREADS = 64  # commands mostly wait on pipes, so many may block at once
+
+
+@functools.cache
+def _run_executor() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=RUN_THREADS, thread_name_prefix="claw-sandbox-run")
 
 
 class SandboxError(Exception):
@@ -58,8 +67,9 @@ class Sandbox:
         cwd: str | None = None,
         stdin: str | bytes | None = None,
     ) -> ExecResult:
-        """``run`` without blocking the event loop."""
-        return await asyncio.to_thread(self.run, cmd, timeout, env, cwd, stdin)
+        """``run`` without blocking the event loop (in a thread pool sized for many waiting commands)."""
+        call = functools.partial(self.run, cmd, timeout, env, cwd, stdin)
+        return await asyncio.get_running_loop().run_in_executor(_run_executor(), call)
 
     def read_file(self, path: str) -> bytes:
         """Bytes of ``path`` (relative paths are inside the workspace)."""

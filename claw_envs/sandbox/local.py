@@ -125,6 +125,7 @@ class LocalSandbox(Sandbox):
         self.binds_ro = _normalise_binds(binds_ro)
         self.python = sys.executable
         self._closed = False
+        self._running: set[tuple[subprocess.Popen, str, RunCgroup | None]] = set()
         self._root = Path(tempfile.mkdtemp(prefix="claw-sandbox-"))
         self._finalizer = weakref.finalize(self, _remove_tree, self._root)
         for name in ("workspace", "tmp", "home"):
@@ -227,9 +228,12 @@ class LocalSandbox(Sandbox):
             code = 127 if isinstance(err, FileNotFoundError) else 126
             return ExecResult(code, "", f"sandbox: cannot start {argv[0]!r}: {err}", duration=time.monotonic() - start)
         oom_kills = 0
+        running = (proc, run_id, cgroup)
+        self._running.add(running)
         try:
             out, err, timed_out = self._communicate(proc, timeout, data, run_id, cgroup)
         finally:
+            self._running.discard(running)
             self._kill_tree(proc, run_id, cgroup)
             proc.wait()
             if cgroup:
@@ -273,8 +277,10 @@ class LocalSandbox(Sandbox):
             fh.write(payload)
 
     def close(self) -> None:
-        """Delete the workspace and everything in it; safe to call twice."""
+        """Kill commands still running, delete the workspace and everything in it; safe to call twice."""
         self._closed = True
+        for running in list(self._running):
+            self._kill_tree(*running)
         self._finalizer()
 
     # -- paths -------------------------------------------------------------------------------
