@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import statistics
 import subprocess
 import time
@@ -100,7 +101,9 @@ ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local]
 
 
 def print_rows(rows: list[Row], repeats: int) -> None:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"medians over {repeats} repetitions each (after 3 warm-up runs), measured in this run")
+    print(f"({os.cpu_count()} CPUs, load average {load}: ratios are comparable within one run, not across machines)")
     width = max(len(r.name) for r in rows)
     print(f"{'measurement':<{width}}  {'ours ms':>9}  {'bare ms':>9}  {'ours/bare':>9}")
     for r in rows:
