@@ -97,7 +97,24 @@ def echo_pool_ray(repeats: int) -> Row:
     return Row("Echo step: EnvPool(ray) vs direct env.step", ours, _direct_step_times(repeats))
 
 
-ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local]
+def toolcall_python_step(repeats: int) -> Row:
+    """A ToolCall-v0 step running ``print(2 + 2)`` (parse the call, run it in the episode's sandbox, build
+    the next state) vs a bare sandboxed ``python -c`` of the same code."""
+    from claw_envs.toolcall.env import tool_call_text
+
+    code = "print(2 + 2)"
+    with make_sandbox("local") as sandbox:
+        bare = timed(lambda: sandbox.run([sandbox.python, "-c", code]), repeats)
+    env = gym.make("claw/ToolCall-v0", split="test", max_turns=repeats + 4).unwrapped
+    env.reset(seed=0)
+    try:
+        ours = timed(lambda: env.step(tool_call_text(code)), repeats)
+    finally:
+        env.close()
+    return Row("ToolCall python step vs sandboxed `python -c`", ours, bare)
+
+
+ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local, toolcall_python_step]
 
 
 def print_rows(rows: list[Row], repeats: int) -> None:
