@@ -11,7 +11,9 @@ from rich.table import Table
 if TYPE_CHECKING:
     from judges import Judgement
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="List, try and judge claw environments.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="List, try and judge claw environments."
+)
 console = Console()
 
 

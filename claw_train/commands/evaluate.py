@@ -10,7 +10,9 @@ import typer
 
 from claw_train.evaluation import EvalOptions
 
-app = typer.Typer(add_completion=False, help="Evaluate a policy on held-out tasks of an env family.")
+app = typer.Typer(
+    add_completion=False, rich_markup_mode=None, help="Evaluate a policy on held-out tasks of an env family."
+)
 
 
 @app.command()

@@ -1,0 +1,46 @@
+"""Every console command answers --help, and starts without loading torch or trl."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+COMMANDS = [
+    ["claw-train"],
+    ["claw-eval"],
+    ["claw-serve"],
+    ["claw-envs"],
+    ["claw-envs", "list"],
+    ["claw-envs", "demo"],
+    ["claw-envs", "judge"],
+]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_help_works(argv):
+    out = subprocess.run([str(BIN / argv[0]), *argv[1:], "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Usage" in out.stdout
+
+
+def test_envs_list_does_not_import_torch_or_trl():
+    code = (
+        "import sys; from claw_train.commands import envs; from typer.testing import CliRunner;"
+        "r = CliRunner().invoke(envs.app, ['list']); assert r.exit_code == 0, r.output;"
+        "assert 'claw/Echo-v0' in r.output, r.output;"
+        "print(sorted(m for m in ('torch', 'trl', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_claw_envs_does_not_import_torch():
+    code = "import sys, claw_envs, claw_envs.pool, claw_envs.sandbox; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
