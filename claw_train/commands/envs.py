@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
 if TYPE_CHECKING:
     from judges import Judgement
@@ -22,7 +23,8 @@ def list_envs() -> None:
     """Print every registered env id with its family and task counts per split."""
     import claw_envs
 
-    table = Table("id", "family", "train tasks", "test tasks")
+    table = Table("family", "train tasks", "test tasks")
+    table.columns.insert(0, Column("id", no_wrap=True))
     for env_id in claw_envs.env_ids():
         cls = claw_envs.env_class(env_id)
         counts = []
@@ -40,30 +42,29 @@ def demo(
     env: Annotated[list[str] | None, typer.Option(help="Env ids (default: every registered env).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for the task draw.")] = 0,
 ) -> None:
-    """Run one scripted episode per env: a junk action, then the env's reference action; print the signals."""
+    """Run one scripted episode per env: a junk action, then reference actions until it ends; print the signals."""
     import gymnasium as gym
 
     import claw_envs
 
     for env_id in env or claw_envs.env_ids():
-        env_obj = gym.make(claw_envs.resolve_id(env_id))
+        env_obj = gym.make(claw_envs.resolve_id(env_id)).unwrapped
         try:
             obs, info = env_obj.reset(seed=seed)
             console.rule(f"[bold]{env_id}[/bold]  task {info['task_id']}")
-            console.print(f"[cyan]observation:[/cyan] {str(obs)[:300]}")
-            for action in ("???", env_obj.unwrapped.reference_action()):
-                if action is None:
-                    continue
+            console.print(f"[cyan]observation:[/cyan] {escape(str(obs)[:300])}")
+            action: str | None = "???"
+            while action is not None:
                 obs, reward, terminated, truncated, info = env_obj.step(action)
                 ns = info["next_state"]
-                console.print(f"[magenta]action:[/magenta] {action[:200]!r}")
+                console.print(f"[magenta]action:[/magenta] {escape(repr(action[:200]))}")
                 console.print(
                     f"  next state ({ns.role}, step {ns.step_index}): {ns.text[:300]!r}\n"
                     f"  evaluative {ns.evaluative.score:+.1f} {list(ns.evaluative.tags)}  "
-                    f"directive {ns.directive!r}  outcome {ns.outcome}  reward {reward}  status {info['status']}"
+                    f"directive {ns.directive!r}  outcome {ns.outcome}  reward {reward}  status {info['status']}",
+                    markup=False,
                 )
-                if terminated or truncated:
-                    break
+                action = None if terminated or truncated else env_obj.reference_action()
         finally:
             env_obj.close()
 
