@@ -87,7 +87,6 @@ def judge(
     import asyncio
 
     import gymnasium as gym
-    from rich.markup import escape
 
     import claw_envs
     import judges
@@ -149,7 +148,6 @@ def judge(
 
 def _print_judgement(verdict: Judgement) -> None:
     """A table of every PRM and hint vote, then the step's score and hint."""
-    from rich.markup import escape
 
     table = Table("kind", "#", "score", "s", "answer (tail) or error")
     for kind, votes in (("prm", verdict.votes), ("hint", verdict.hint_votes)):
