@@ -372,7 +372,7 @@ class Pipeline:
             except ValueError as err:
                 raise RunError(f"--judge {self.cfg.judge}: {err}") from None
             self.sampling = SamplingParams(max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature)
-            size = 2 * self.cfg.samples_per_step
+            size = self.cfg.samples_per_step  # small queues keep samples fresh (staleness) and the CPU for training
             self.turn_q: asyncio.Queue[Any] = asyncio.Queue(size if self.personal else max(1, self.cfg.rollout_workers))
             self.sample_q: asyncio.Queue[TrainSample] = asyncio.Queue(size)
             self._served = asyncio.Event()  # the trainer's weights are serving (resume: the checkpoint's)
@@ -431,12 +431,10 @@ class Pipeline:
     # -- setup ------------------------------------------------------------------------------
 
     def _prepare_output_dir(self) -> Path | None:
-        from transformers.trainer_utils import get_last_checkpoint
-
         self.out.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(self.out / "ledger.jsonl")
         ckpts = self.out / "checkpoints"
-        last = get_last_checkpoint(str(ckpts)) if ckpts.is_dir() else None
+        last = last_checkpoint(ckpts)
         if self.cfg.resume:
             if last is None:
                 raise RunError(f"--resume: no checkpoint under {ckpts} to continue from")
@@ -802,7 +800,8 @@ class Pipeline:
             "seed": self.cfg.seed,
             **self.cfg.trainer,
         }
-        args = ClawConfig.for_model(self.cfg.model, self.out / "checkpoints", **overrides)
+        model_spec = "tiny" if self.cfg.model == "tiny" else self.model_path
+        args = ClawConfig.for_model(model_spec, self.out / "checkpoints", **overrides)
         dtype = torch.float32 if args.use_cpu else "auto"
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(self.model_path)
@@ -1023,6 +1022,12 @@ async def _first_failure(tasks: list[asyncio.Task]) -> BaseException:
 def _mean(values: list[float]) -> float | None:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return statistics.fmean(finite) if finite else None
+
+
+def last_checkpoint(root: Path) -> Path | None:
+    """The newest complete checkpoint under ``root`` (one a kill interrupted mid-save has no trainer state)."""
+    done = [p for p in root.glob("checkpoint-*") if (p / "trainer_state.json").is_file() and p.name[11:].isdigit()]
+    return max(done, key=_checkpoint_step, default=None)
 
 
 def _checkpoint_step(path: Path) -> int:

@@ -13,6 +13,7 @@ callback hands the new weights to the serving policy; a step whose gradients are
 
 from __future__ import annotations
 
+import json
 import math
 import queue
 import threading
@@ -36,9 +37,23 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def preset_for(model: str) -> str:
-    """The preset name for a model spec (``tiny`` for the CPU model, the paper's otherwise)."""
-    return "tiny" if model == "tiny" or Path(model).name.startswith("tiny") else "qwen3-4b"
+TINY_HIDDEN_SIZE = 512  # models this narrow get the tiny preset
+
+
+def preset_for(model: str | Path) -> str:
+    """The preset for a model spec: ``tiny`` for the CPU model (by name, or a local model this narrow), else the
+    paper's Qwen3-4B numbers."""
+    if str(model) == "tiny":
+        return "tiny"
+    config = Path(model).expanduser() / "config.json"
+    if config.is_file():
+        try:
+            hidden = json.loads(config.read_text()).get("hidden_size")
+        except ValueError:
+            hidden = None
+        if isinstance(hidden, int) and hidden <= TINY_HIDDEN_SIZE:
+            return "tiny"
+    return "qwen3-4b"
 
 
 @dataclass
@@ -95,7 +110,7 @@ class ClawConfig(GRPOConfig):
         super().__post_init__()
 
     @classmethod
-    def for_model(cls, model: str, output_dir: str | Path, **overrides: Any) -> ClawConfig:
+    def for_model(cls, model: str | Path, output_dir: str | Path, **overrides: Any) -> ClawConfig:
         """A config with the model's preset applied, then ``overrides``."""
         values = {**PRESETS[preset_for(model)], **overrides}
         return cls(output_dir=str(output_dir), **values)

@@ -28,7 +28,7 @@ FAMILIES = ("conversation", "terminal", "swe", "toolcall", "gui", "echo")
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "conversation": {"method": "combined", "max_new_tokens": 160, "eval_every": 4},
     "toolcall": {"method": "combined", "max_new_tokens": 256, "max_turns": 4, "group_size": 4, "eval_every": 0},
-    "echo": {"method": "binary", "max_new_tokens": 48, "group_size": 4, "eval_every": 0},
+    "echo": {"method": "combined", "max_new_tokens": 48, "group_size": 4, "eval_every": 0},
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"method": "combined", "eval_every": 0}
 ISSUE_FOR = {"terminal": "the terminal env issue", "swe": "the SWE env issue", "gui": "the GUI env issue"}
@@ -77,7 +77,10 @@ def main(
 
     import claw_envs
 
-    console = Console(stderr=False)
+    console = Console(soft_wrap=True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the live display says what is going on
     family = env.lower().removeprefix("claw/").split("-v")[0]
     try:
         env_id = claw_envs.resolve_id(env)

@@ -1,0 +1,362 @@
+"""The online pipeline end to end: every landed family, resume after a kill, Ctrl-C, a judge that is down,
+a NaN step, a policy that dies, and the CLI's bad input.
+
+Models are the tiny model after a few bootstrap steps (cached), generating short replies, so each run
+takes seconds; what is checked is the plumbing (ledger, logs, checkpoints, counters), not learning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+from claw_train.logs import Ledger, read_logs
+from claw_train.pipeline import Pipeline, PipelineConfig, RunError
+from claw_train.policy.base import Completion, Policy, PolicyError
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+CLAW_TRAIN = str(Path(sys.executable).parent / "claw-train")
+FAST = {"max_new_tokens": 16, "eval_n": 4, "report_to": "none", "retry_backoff": 0.01}
+
+
+@pytest.fixture(scope="module")
+def models():
+    """Tiny models after 2 bootstrap steps, per family (built once, cached by content hash)."""
+    from claw_train.tiny import bootstrap
+
+    cache: dict[str, str] = {}
+
+    def get(family: str) -> str:
+        if family not in cache:
+            cache[family] = str(bootstrap(family, steps=2, progress=False))
+        return cache[family]
+
+    return get
+
+
+def run(cfg: PipelineConfig, **kwargs) -> object:
+    return asyncio.run(Pipeline(cfg, **kwargs).run())
+
+
+def check_ledger(out: Path, updates: int, samples_per_step: int = 16) -> list[dict]:
+    entries = Ledger(out / "ledger.jsonl").effective()
+    assert [e["update"] for e in entries] == list(range(1, updates + 1))
+    ids = [s for e in entries for s in e["samples"]]
+    assert len(ids) == len(set(ids)) == updates * samples_per_step
+    return entries
+
+
+def check_logs(out: Path) -> list[dict]:
+    records = read_logs(out / "logs")
+    turns = [r for r in records if r["kind"] == "turn"]
+    assert turns, "no turn was logged"
+    for r in turns:
+        assert r["decision"] in ("accepted", "masked")
+        assert (r["decision"] == "accepted") == (r["sample_id"] is not None)
+        if r["reason"] is None or not r["reason"].startswith("infra"):
+            assert "judgement" in r and "votes" in r["judgement"]
+    logged_ids = {r["sample_id"] for r in turns if r["sample_id"]}
+    trained = {s for e in Ledger(out / "ledger.jsonl").effective() for s in e["samples"]}
+    assert trained <= logged_ids  # every trained sample has its turn, votes and decision in the logs
+    return records
+
+
+def test_conversation_cli_end_to_end(models, tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "cfg.yaml"
+    config.write_text("max_new_tokens: 16\neval_n: 4\ntrainer:\n  logging_steps: 1\n")
+    proc = subprocess.run(
+        [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "2",
+         "--output-dir", str(out), "--config", str(config), "--eval-every", "2", "--no-display"],
+        capture_output=True, text=True, timeout=200, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "personalization score" in proc.stdout
+    check_ledger(out, 2)
+    records = check_logs(out)
+    assert {r["version"] for r in records if r["kind"] == "turn"} >= {0}
+    assert sorted(p.name for p in (out / "logs").glob("v*.jsonl"))[0] == "v00000.jsonl"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "done" and summary["updates"] == 2
+    assert [e["update"] for e in summary["evals"]] == [0, 2]
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    assert (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").exists()
+    assert list((out / "checkpoints").rglob("events.out.tfevents*")), "no TensorBoard events"
+    run_cfg = json.loads((out / "run.json").read_text())
+    assert run_cfg["method"] == "combined" and run_cfg["persona"] == "student"
+
+
+@pytest.mark.parametrize(("family", "extra"), [("toolcall", {"max_turns": 2}), ("echo", {"sync": True, "lora": True})])
+def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
+    if family == "toolcall" and not _has_bwrap():
+        pytest.skip("the tool-call sandbox needs bubblewrap")
+    out = tmp_path / family
+    cfg = PipelineConfig(
+        env=family, model=models(family), updates=2, output_dir=out, eval_every=0, group_size=2, **FAST, **extra
+    )
+    result = run(cfg)
+    assert result.status == "done", result.message
+    assert result.updates == 2
+    check_ledger(out, 2)
+    records = check_logs(out)
+    turns = [r for r in records if r["kind"] == "turn"]
+    assert {r["group"] for r in turns}  # grouped rollouts (step-index normalisation)
+    assert result.counters["trainer"]["trained"] == 32
+
+
+def test_resume_after_kill_trains_no_sample_twice(models, tmp_path):
+    out = tmp_path / "run"
+    args = [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "4",
+            "--output-dir", str(out), "--eval-every", "0", "--checkpoint-every", "1", "--no-display",
+            "--config", str(_fast_config(tmp_path))]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    ledger = Ledger(out / "ledger.jsonl")
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(ledger.records()) >= 2 and (out / "checkpoints" / "checkpoint-1").exists():
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the first run ended before it could be killed: " + proc.stdout.read()[-2000:]
+    proc.kill()  # SIGKILL: no chance to clean up
+    proc.wait(30)
+    before = {p.name: p.read_text() for p in (out / "logs").glob("v*.jsonl")}
+    killed_at = len(ledger.records())
+    again = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=200, env=env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    records = ledger.records()
+    assert records[killed_at]["kind"] == "resume"
+    check_ledger(out, 4)
+    all_ids = [s for r in records if r["kind"] == "update" for s in r["samples"]]
+    assert len(all_ids) == len(set(all_ids)), "a sample was trained twice"
+    for name, text in before.items():  # logs intact: what the first run wrote is still there, unchanged
+        assert (out / "logs" / name).read_text().startswith(text)
+    assert json.loads((out / "summary.json").read_text())["updates"] == 4
+
+
+def test_ctrl_c_checkpoints_and_exits_cleanly(models, tmp_path):
+    out = tmp_path / "run"
+    args = [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "50",
+            "--output-dir", str(out), "--eval-every", "0", "--checkpoint-every", "50", "--no-display",
+            "--config", str(_fast_config(tmp_path))]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    ledger = Ledger(out / "ledger.jsonl")
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and proc.poll() is None and not ledger.records():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output[-3000:]
+    assert "Ctrl-C" in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    step = summary["updates"]
+    assert step >= 1 and (out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").exists()
+    check_ledger(out, step)
+
+
+class FlakyJudge:
+    """A local OpenAI-compatible judge that is down (HTTP 500) for its first ``down_for`` requests."""
+
+    def __init__(self, down_for: int):
+        self.down_for = down_for
+        self.requests = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.requests += 1
+                if outer.requests <= outer.down_for:
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                text = "[HINT_START]Write it short and casual with no bold.[HINT_END]\n\\boxed{-1}"
+                message = {"role": "assistant", "content": text}
+                choice = {"index": 0, "finish_reason": "stop", "message": message}
+                body = json.dumps({"id": "x", "object": "chat.completion", "model": "m", "choices": [choice]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"openai://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class NaNOnce(Policy):
+    """Wraps a policy; the ``at``-th completion comes back with a NaN behaviour log-prob (a broken server)."""
+
+    def __init__(self, inner, at: int):
+        self.inner, self.at, self.calls = inner, at, 0
+        self.tokenizer = inner.tokenizer
+
+    @property
+    def version(self):
+        return self.inner.version
+
+    async def generate(self, prompt, sampling):
+        c = await self.inner.generate(prompt, sampling)
+        self.calls += 1
+        if self.calls == self.at and c.logprobs:
+            c = Completion(c.text, c.token_ids, [math.nan, *c.logprobs[1:]], c.finish_reason, c.policy_version)
+        return c
+
+    async def logprobs(self, *args, **kwargs):
+        return await self.inner.logprobs(*args, **kwargs)
+
+    def publish(self, weights, version):
+        self.inner.publish(weights, version)
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
+def test_judge_down_then_up_and_a_nan_step(models, tmp_path):
+    from claw_train.policy.inprocess import InProcessPolicy
+
+    judge = FlakyJudge(down_for=12)
+    policy = NaNOnce(InProcessPolicy(models("conversation")), at=20)
+    try:
+        cfg = PipelineConfig(
+            env="conversation", model=models("conversation"), updates=2, output_dir=tmp_path / "run", eval_every=0,
+            judge=judge.url, votes=1, judge_options={"retries": 0, "failure_threshold": 4, "reset_after": 0.3},
+            **FAST,
+        )  # fmt: skip
+        result = run(cfg, policy=policy)
+    finally:
+        judge.close()
+    assert result.status == "done", result.message
+    counts = result.counters
+    assert counts["counts"]["judge_unavailable"] >= 1  # the down phase is counted, not learned from as a 0
+    assert counts["masked"]["judge_unavailable"] >= 1
+    assert counts["judge"]["http_errors"] + counts["judge"]["circuit_rejections"] >= 1
+    assert counts["trainer"]["nan_skipped"] == 1  # the batch with the NaN log-prob: step skipped
+    updates = [r for r in read_logs(tmp_path / "run" / "logs") if r["kind"] == "update"]
+    assert any(u["nan_skipped"] for u in updates)
+    check_ledger(tmp_path / "run", 2)
+
+
+class DiesAfter(NaNOnce):
+    """A policy whose server dies after ``n`` completions: every later call fails."""
+
+    def __init__(self, inner, n: int):
+        super().__init__(inner, at=-1)
+        self.n = n
+
+    async def generate(self, prompt, sampling):
+        if self.calls >= self.n:
+            raise PolicyError("connection refused (server died)")
+        return await super().generate(prompt, sampling)
+
+
+def test_policy_death_stops_with_a_checkpoint(models, tmp_path):
+    from claw_train.policy.inprocess import InProcessPolicy
+
+    policy = DiesAfter(InProcessPolicy(models("conversation")), n=40)
+    cfg = PipelineConfig(
+        env="conversation", model=models("conversation"), updates=20, output_dir=tmp_path / "run", eval_every=0,
+        policy_retries=2, checkpoint_every=20, **FAST,
+    )  # fmt: skip
+    result = run(cfg, policy=policy)
+    assert result.status == "policy_failed"
+    assert "server died" in result.message and "health probe" in result.message
+    assert result.exit_code == 1
+    assert 1 <= result.updates < 20
+    assert result.checkpoint is not None and (result.checkpoint / "trainer_state.json").exists()
+
+
+def test_output_dir_and_resume_mistakes_are_clear(tmp_path):
+    with pytest.raises(RunError, match="no checkpoint"):
+        run(PipelineConfig(env="echo", output_dir=tmp_path / "empty", resume=True))
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "ledger.jsonl").write_text('{"kind": "update", "update": 1, "samples": []}\n')
+    with pytest.raises(RunError, match="already holds a run"):
+        run(PipelineConfig(env="echo", output_dir=tmp_path / "used"))
+    with pytest.raises(RunError, match="unknown env"):
+        Pipeline(PipelineConfig(env="nope", output_dir=tmp_path / "x"))
+    with pytest.raises(ValueError, match="method"):
+        PipelineConfig(method="ppo")
+
+
+def test_cli_bad_input(tmp_path):
+    from typer.testing import CliRunner
+
+    import claw_envs
+    from claw_train.commands.train import ISSUE_FOR, app
+
+    runner = CliRunner()
+    landed = {claw_envs.env_class(i).family for i in claw_envs.env_ids()}
+    missing = [f for f in ISSUE_FOR if f not in landed]
+    if missing:
+        res = runner.invoke(app, ["--env", missing[0], "--output-dir", str(tmp_path / "t")])
+        assert res.exit_code == 2 and "has not landed yet" in res.output and "available now" in res.output
+    res = runner.invoke(app, ["--env", "nope"])
+    assert res.exit_code == 2 and "unknown env" in res.output
+    res = runner.invoke(app, ["--env", "echo", "--method", "ppo", "--output-dir", str(tmp_path / "m")])
+    assert res.exit_code == 2 and "method" in res.output
+    res = runner.invoke(app, ["--env", "echo", "--resume", "--output-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "no checkpoint" in res.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("no_such_option: 1\n")
+    res = runner.invoke(app, ["--env", "echo", "--config", str(bad), "--output-dir", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "no_such_option" in res.output
+
+
+def test_empty_queue_waits_without_spinning():
+    from claw_train.pipeline import _SampleFeed
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        closed = asyncio.Event()
+        feed = _SampleFeed(asyncio.Queue(), loop, closed)
+        got = []
+        t = threading.Thread(target=lambda: got.append(feed.get()))
+        start = time.process_time()
+        t.start()
+        await asyncio.sleep(0.5)
+        assert t.is_alive()  # still waiting on the empty queue
+        busy = time.process_time() - start
+        closed.set()
+        await asyncio.to_thread(t.join, 5)
+        return got, busy
+
+    got, busy = asyncio.run(main())
+    assert got == [None]
+    assert busy < 0.4  # waiting costs (almost) no CPU
+
+
+def _fast_config(tmp_path: Path) -> Path:
+    path = tmp_path / "fast.yaml"
+    path.write_text("max_new_tokens: 16\nreport_to: none\n")
+    return path
+
+
+def _has_bwrap() -> bool:
+    import shutil
+
+    return shutil.which("bwrap") is not None
