@@ -36,11 +36,13 @@ class TokenTranscript:
         self.env_messages: list[dict[str, Any]] = [dict(m) for m in messages]
         if not self.messages:
             raise PolicyError("an episode needs at least one opening message")
-        text = tokenizer.apply_chat_template(self.messages, tools=self.tools, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(
+            self.messages, tools=self.tools, add_generation_prompt=True, tokenize=False
+        )
         self.ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
         self.mask: list[int] = [0] * len(self.ids)
         self.logprobs: list[float] = [0.0] * len(self.ids)
-        self.end_of_turn, self._after_turn = _turn_end(tokenizer, self.tools)
+        self.end_of_turn, _ = _turn_end(tokenizer, self.tools)
         self.end_of_turn_ids: list[int] = tokenizer.encode(self.end_of_turn, add_special_tokens=False)
 
     def add_completion(self, completion: Completion) -> None:
@@ -98,7 +100,9 @@ def _turn_end(
     tokenizer: Any, tools: Sequence[Mapping[str, Any]] | None, new: list[dict[str, Any]] | None = None
 ) -> tuple[str, str]:
     probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _SENTINEL}, *(new or [])]
-    text = tokenizer.apply_chat_template(probe, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(
+        probe, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False
+    )
     if text.count(_SENTINEL) != 1:
         raise PolicyError("the chat template does not render assistant content verbatim; cannot build token segments")
     after = text.split(_SENTINEL, 1)[1]
@@ -123,9 +127,7 @@ class EpisodeAgent:
     """Plays one episode through ``agent(obs, info) -> action`` calls (the env pool's agent interface),
     keeping the token-exact record; :meth:`finish` closes it with the final step's results."""
 
-    def __init__(
-        self, policy: Policy, sampling: SamplingParams, *, group_id: str = "", episode_id: str | None = None
-    ):
+    def __init__(self, policy: Policy, sampling: SamplingParams, *, group_id: str = "", episode_id: str | None = None):
         self.policy = policy
         self.sampling = sampling
         self.tokenizer = _tokenizer_of(policy)
@@ -149,6 +151,46 @@ class EpisodeAgent:
         self._pending = (prompt_ids, before, completion)
         return completion.text
 
+    @property
+    def pending(self) -> bool:
+        """Whether an action was sent whose next state has not been recorded yet."""
+        return self._pending is not None
+
+    def abandon(self, status: str) -> None:
+        """Record the pending turn without a next state (the env step failed or timed out); ``status`` masks it."""
+        if self._pending is None:
+            return
+        prompt_ids, before, completion = self._pending
+        self._pending = None
+        self.turns.append(self._turn(prompt_ids, before, completion, len(self.turns) + 1, None, 0.0, status))
+
+    def _turn(
+        self,
+        prompt_ids: list[int],
+        before: list[dict[str, Any]],
+        completion: Completion,
+        step_index: int,
+        next_state: Any,
+        reward: float,
+        status: str,
+    ) -> TurnRecord:
+        return TurnRecord(
+            episode_id=self.episode_id,
+            group_id=self.group_id,
+            task_id=self.task_id,
+            step_index=step_index,
+            prompt_ids=prompt_ids,
+            completion_ids=list(completion.token_ids),
+            logprobs=list(completion.logprobs),
+            policy_version=completion.policy_version,
+            messages=before,
+            action_text=completion.text,
+            finish_reason=completion.finish_reason,
+            next_state=next_state,
+            reward=float(reward),
+            status=status,
+        )
+
     def observe(self, reward: float, info: Mapping[str, Any]) -> None:
         """Record the env's answer to the pending action (its new messages, next state and status)."""
         if self._pending is None or self.transcript is None:
@@ -156,49 +198,42 @@ class EpisodeAgent:
         prompt_ids, before, completion = self._pending
         self._pending = None
         self.transcript.sync(info["messages"])
+        step = int(info.get("step_index", len(self.turns) + 1))
         self.turns.append(
-            TurnRecord(
-                episode_id=self.episode_id,
-                group_id=self.group_id,
-                task_id=self.task_id,
-                step_index=int(info.get("step_index", len(self.turns) + 1)),
-                prompt_ids=prompt_ids,
-                completion_ids=list(completion.token_ids),
-                logprobs=list(completion.logprobs),
-                policy_version=completion.policy_version,
-                messages=before,
-                action_text=completion.text,
-                finish_reason=completion.finish_reason,
-                next_state=info.get("next_state"),
-                reward=float(reward),
-                status=str(info.get("status", "ok")),
+            self._turn(
+                prompt_ids, before, completion, step, info.get("next_state"), reward, str(info.get("status", "ok"))
             )
         )
 
     def finish(
-        self, *, terminated: bool, truncated: bool, seed: int | None = None, info: Mapping[str, Any] | None = None
+        self,
+        *,
+        terminated: bool,
+        truncated: bool,
+        seed: int | None = None,
+        status: str | None = None,
+        info: Mapping[str, Any] | None = None,
     ) -> EpisodeRecord:
-        """The finished episode's record."""
-        if self.transcript is None:
-            raise PolicyError("the episode never asked the policy for an action")
+        """The finished episode's record (``status`` defaults to the last non-ok turn status, else ``ok``)."""
+        t = self.transcript
         ns = self.turns[-1].next_state if self.turns else None
-        statuses = [t.status for t in self.turns if t.status != "ok"]
+        bad = [turn.status for turn in self.turns if turn.status != "ok"]
         return EpisodeRecord(
             episode_id=self.episode_id,
             group_id=self.group_id,
             task_id=self.task_id,
             turns=self.turns,
-            token_ids=list(self.transcript.ids),
-            loss_mask=list(self.transcript.mask),
-            logprobs=list(self.transcript.logprobs),
-            messages=[dict(m) for m in self.transcript.messages],
-            env_messages=self.transcript.env_messages,
-            tools=self.transcript.tools,
+            token_ids=list(t.ids) if t else [],
+            loss_mask=list(t.mask) if t else [],
+            logprobs=list(t.logprobs) if t else [],
+            messages=[dict(m) for m in t.messages] if t else [],
+            tools=t.tools if t else None,
+            env_messages=t.env_messages if t else [],
             outcome=getattr(ns, "outcome", None),
-            total_reward=sum(t.reward for t in self.turns),
+            total_reward=sum(turn.reward for turn in self.turns),
             terminated=terminated,
             truncated=truncated,
-            status=statuses[-1] if statuses else "ok",
+            status=status or (bad[-1] if bad else "ok"),
             seed=seed,
             info=dict(info or {}),
         )
@@ -266,30 +301,25 @@ async def rollout_group(
 async def _pool_episode(
     pool: Any, policy: Policy, sampling: SamplingParams, seed: int, options: dict[str, Any], group: str
 ) -> EpisodeRecord:
+    """One episode through ``EnvPool.run_episode``; its ``EpisodeResult`` supplies the final step and rewards."""
     agent = EpisodeAgent(policy, sampling, group_id=group)
     result = await pool.run_episode(agent, seed=seed, options=options)
-    final = _final_step(result)
-    if final is not None:
-        reward, info = final
-        agent.observe(reward, info)
+    infos, rewards = list(getattr(result, "infos", [])), list(getattr(result, "rewards", []))
+    if agent.pending:
+        if len(infos) > len(agent.turns) + 1:  # the reset info, one per recorded turn, then the last step's
+            agent.observe(rewards[-1] if rewards else 0.0, infos[-1])
+        else:
+            agent.abandon(str(getattr(result, "status", "infra_failure")))
+    for turn, reward in zip(agent.turns, rewards, strict=False):
+        turn.reward = float(reward)
+    status = str(getattr(result, "status", "ok"))
     return agent.finish(
         terminated=bool(getattr(result, "terminated", False)),
         truncated=bool(getattr(result, "truncated", False)),
         seed=seed,
-        info={"pool_status": str(getattr(result, "status", "ok"))},
+        status=status,
+        info={"error": result.error} if getattr(result, "error", None) else {},
     )
-
-
-def _final_step(result: Any) -> tuple[float, Mapping[str, Any]] | None:
-    """The last step's (reward, info) from a pool's episode result."""
-    steps = getattr(result, "steps", None) or getattr(result, "transitions", None)
-    if steps:
-        last = steps[-1]
-        return float(getattr(last, "reward", 0.0)), getattr(last, "info", {})
-    info = getattr(result, "final_info", None) or getattr(result, "info", None)
-    if isinstance(info, Mapping) and "messages" in info:
-        return float(getattr(result, "last_reward", 0.0)), info
-    return None
 
 
 async def _close(env: Any) -> None:
@@ -320,14 +350,14 @@ def check_drift(record: EpisodeRecord, tokenizer: Any) -> list[str]:
     )
     text = tokenizer.decode(record.token_ids, skip_special_tokens=False)
     if text != fresh_text:
-        i = next((k for k, (a, b) in enumerate(zip(text, fresh_text, strict=False)) if a != b), min(len(text), len(fresh_text)))
-        problems.append(
-            f"text differs at character {i}: record {text[max(0, i - 20) : i + 30]!r} vs render {fresh_text[max(0, i - 20) : i + 30]!r}"
-        )
+        i = _first_difference(text, fresh_text)
+        ours, theirs = text[max(0, i - 20) : i + 30], fresh_text[max(0, i - 20) : i + 30]
+        problems.append(f"text differs at character {i}: record {ours!r} vs render {theirs!r}")
     fresh = tokenizer.encode(fresh_text, add_special_tokens=False)
     if fresh != record.token_ids:
-        i = next((k for k, (a, b) in enumerate(zip(record.token_ids, fresh, strict=False)) if a != b), min(n, len(fresh)))
-        where = "a generated span" if i < len(record.loss_mask) and record.loss_mask[i] else "template/observation tokens"
+        i = _first_difference(record.token_ids, fresh)
+        generated = i < len(record.loss_mask) and record.loss_mask[i]
+        where = "a generated span" if generated else "template/observation tokens"
         problems.append(
             f"tokens differ from the fresh render at token {i} ({where}): record has {n} tokens, render {len(fresh)}"
         )
@@ -342,6 +372,10 @@ def check_drift(record: EpisodeRecord, tokenizer: Any) -> list[str]:
             problems.append(f"turn {k}: {len(turn.completion_ids)} tokens but {len(turn.logprobs)} log-probs")
         expected_mask[start:end] = [1] * (end - start)
     if record.loss_mask != expected_mask[: len(record.loss_mask)]:
-        i = next((k for k, (a, b) in enumerate(zip(record.loss_mask, expected_mask, strict=False)) if a != b), n)
+        i = _first_difference(record.loss_mask, expected_mask)
         problems.append(f"loss mask is wrong at token {i}: it must be 1 exactly on generated tokens")
     return problems
+
+
+def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

@@ -66,16 +66,23 @@ class TinySpec:
 
 @dataclass(frozen=True)
 class BootstrapSettings:
-    """Supervised bootstrap on demonstrations: AdamW over completion tokens only."""
+    """Supervised bootstrap on demonstrations: AdamW over completion tokens only.
 
-    steps: int = 300
+    At most ``demonstrations`` rows are drawn, and no more than the steps consume, so by default each
+    row is seen once. The first ``lead_tokens`` completion tokens, where a reply's style is decided,
+    weigh ``lead_weight`` in the loss, which sharpens the switch between styles when a hint is present.
+    """
+
+    steps: int = 500
     batch_size: int = 16
     lr: float = 3e-3
     warmup: int = 20
     weight_decay: float = 0.01
     max_length: int = 768
-    demonstrations: int = 2048
+    demonstrations: int = 8000
     seed: int = 0
+    lead_tokens: int = 3
+    lead_weight: float = 4.0
 
 
 FAMILY_ENV_IDS = {"echo": "claw/Echo-v0", "conversation": "claw/Conversation-v0", "toolcall": "claw/ToolCall-v0"}
@@ -109,11 +116,14 @@ def bootstrap(
     progress: bool = True,
     settings: BootstrapSettings = BootstrapSettings(),
     spec: TinySpec = TinySpec(),
+    threads: int | None = 1,
 ) -> Path:
     """The tiny model after a short supervised bootstrap on ``family``'s demonstrations; returns its directory.
 
     ``family`` is a family name (``conversation``) or an env id (``claw/Conversation-v0``); ``steps``
-    overrides ``settings.steps`` (tests use a few). Cached like :func:`build_tiny`.
+    overrides ``settings.steps`` (tests use a few). Cached like :func:`build_tiny`. ``threads`` is the
+    torch thread count while training (1: on a small shared CPU, oversubscribed cores are several times
+    slower; ``None`` keeps torch's default); it is not part of the cache key.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if steps is not None:
@@ -122,13 +132,16 @@ def bootstrap(
         settings = BootstrapSettings(**{**asdict(settings), "steps": steps})
     base = build_tiny(cache_dir, spec=spec)
     env_id = _resolve_family(family)
-    examples = demonstrations(env_id, settings.demonstrations, settings.seed)
+    wanted = min(settings.demonstrations, max(1, settings.steps) * settings.batch_size)
+    examples = demonstrations(env_id, wanted, settings.seed)
     key = _digest(
         {"kind": "bootstrap", "base": base.name, "env": env_id, "data": _digest(examples), "settings": asdict(settings)}
     )
     name = f"{env_id.split('/')[-1].split('-')[0].lower()}-{key}"
     return _cached(
-        _cache_root(cache_dir), name, lambda out: _train(base, out, examples, settings, env_id, progress=progress)
+        _cache_root(cache_dir),
+        name,
+        lambda out: _train(base, out, examples, settings, env_id, progress=progress, threads=threads),
     )
 
 
@@ -249,6 +262,27 @@ def _train_tokenizer(corpus: Sequence[str], vocab_size: int) -> Any:
 
 
 def _train(
+    base: Path,
+    out: Path,
+    examples: list[dict[str, Any]],
+    s: BootstrapSettings,
+    env_id: str,
+    *,
+    progress: bool,
+    threads: int | None = None,
+) -> None:
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)  # per calling thread in torch; restored below
+    try:
+        _sft(base, out, examples, s, env_id, progress=progress)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _sft(
     base: Path, out: Path, examples: list[dict[str, Any]], s: BootstrapSettings, env_id: str, *, progress: bool
 ) -> None:
     import torch
@@ -276,8 +310,13 @@ def _train(
     losses: list[float] = []
     with _progress(progress, f"bootstrapping tiny on {env_id}", s.steps) as advance:
         for step, batch in zip(range(s.steps), _batches(rows, s.batch_size, rng), strict=False):
-            ids, labels, mask = _collate(batch, pad_id)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            ids, labels, mask, weights = _collate(batch, pad_id, s.lead_tokens, s.lead_weight)
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            ce = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="none"
+            )
+            w = weights[:, 1:].reshape(-1)
+            loss = (ce * w).sum() / w.sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -326,18 +365,25 @@ def _batches(rows: list[tuple[list[int], int]], size: int, rng: random.Random) -
         yield from batches
 
 
-def _collate(batch: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[Any, Any, Any]:
+def _collate(
+    batch: Sequence[tuple[list[int], int]], pad_id: int, lead_tokens: int = 0, lead_weight: float = 1.0
+) -> tuple[Any, Any, Any, Any]:
+    """Right-padded ids, labels (-100 outside completions), attention mask and per-token loss weights."""
     import torch
 
     width = max(len(ids) for ids, _ in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
+    weights = torch.zeros((len(batch), width))
     for row, (seq, prompt_len) in enumerate(batch):
         ids[row, : len(seq)] = torch.tensor(seq)
         labels[row, prompt_len : len(seq)] = torch.tensor(seq[prompt_len:])
         mask[row, : len(seq)] = 1
-    return ids, labels, mask
+        weights[row, prompt_len : len(seq)] = 1.0
+        if prompt_len:
+            weights[row, prompt_len : prompt_len + lead_tokens] = lead_weight
+    return ids, labels, mask, weights
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:
@@ -409,7 +455,11 @@ def _progress(enabled: bool, title: str, total: int) -> Iterator[Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[note]}")
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
     ) as bar:
         task = bar.add_task(title, total=total, note="")
         yield lambda text: bar.update(task, advance=1, note=text)
@@ -417,7 +467,7 @@ def _progress(enabled: bool, title: str, total: int) -> Iterator[Any]:
 
 # -- generated corpus ------------------------------------------------------------------------
 
-_WORDS = (
+_WORD_LIST = (
     "the a an and or but if then so because when while after before with without for to of in on at by from "
     "is are was were be been has have had do does did can could will would should may might must not no yes "
     "I you he she it we they me him her us them my your his its our their this that these those there here "
@@ -432,7 +482,8 @@ _WORDS = (
     "think know see look like want need help explain show write tell say ask try find work working nicely "
     "file code test tests run output error result value list string function return print import python "
     "first second third next last final finally also just only very quite pretty really simple easy hard"
-).split()
+)
+_WORDS = _WORD_LIST.split()
 _UNICODE_WORDS = ("café", "naïve", "über", "résumé", "中文", "日本語", "😀", "🎉", "👍", "✨", "Ω", "π≈3.14", "€5", "→")
 
 

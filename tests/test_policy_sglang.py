@@ -153,7 +153,9 @@ class StandIn:
         except PolicyError as err:
             return JSONResponse({"success": False, "message": str(err), "num_paused_requests": 0}, status_code=400)
         self.version = version or self.version
-        return JSONResponse({"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0})
+        return JSONResponse(
+            {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+        )
 
 
 def _free_port() -> int:
@@ -242,14 +244,14 @@ async def test_weight_updates_from_disk_are_versioned_and_failures_are_clear(ser
     save_file(state, str(good / "model.safetensors"))
     await asyncio.to_thread(client.publish, str(good), 3)
     for s in servers:
-        path, body = [c for c in s.calls if c[0] == "/update_weights_from_disk"][-1]
+        body = [b for p, b in s.calls if p == "/update_weights_from_disk"][-1]
         assert body == {"model_path": str(good), "weight_version": "3", "abort_all_requests": False}
     assert {(await client.generate(CHAT, SamplingParams(max_new_tokens=3))).policy_version for _ in range(2)} == {3}
 
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes()[:1000])
-    with pytest.raises(PolicyError, match="failed on 2 of 2 servers.*truncated or corrupt"):
+    with pytest.raises(PolicyError, match=r"failed on 2 of 2 servers.*truncated or corrupt"):
         await asyncio.to_thread(client.publish, str(bad), 4)
     assert client.version == 3
     assert (await client.generate(CHAT, SamplingParams(max_new_tokens=3))).policy_version == 3  # old weights serve
@@ -278,14 +280,14 @@ async def test_distributed_weight_update_protocol(servers, client):
         client.init_weights_update_group, "10.0.0.1", 29500, ranks_per_server=[2, 1], join=joined.append
     )
     assert world == 4 and joined == [4]
-    bodies = [[b for p, b in s.calls if p == "/init_weights_update_group"][0] for s in servers]
+    bodies = [next(b for p, b in s.calls if p == "/init_weights_update_group") for s in servers]
     assert [b["rank_offset"] for b in bodies] == [1, 3]
     assert all(b["world_size"] == 4 and b["group_name"] == "weight_update_group" for b in bodies)
     assert all(b["backend"] == "nccl" and b["master_port"] == 29500 for b in bodies)
 
     state = {k: v * 1.01 for k, v in servers[0].policy._active.state_dict().items()}
     await asyncio.to_thread(client.publish, state, 7)
-    body = [b for p, b in servers[1].calls if p == "/update_weights_from_distributed"][0]
+    body = next(b for p, b in servers[1].calls if p == "/update_weights_from_distributed")
     assert body["names"] == list(state) and body["weight_version"] == "7"
     assert body["dtypes"][0] == "float32" and body["shapes"][0] == list(next(iter(state.values())).shape)
     assert (await client.generate(CHAT, SamplingParams(max_new_tokens=2))).policy_version == 7
@@ -303,7 +305,7 @@ async def test_down_servers_and_bad_replies_give_clear_errors(servers, tiny_path
 
     down = SGLangPolicy([dead], tiny_path, retries=1, backoff=0.01)
     try:
-        with pytest.raises(PolicyError, match="no server answered.*ConnectError"):
+        with pytest.raises(PolicyError, match=r"no server answered.*ConnectError"):
             await down.generate(CHAT, SamplingParams(max_new_tokens=2))
         with pytest.raises(PolicyError, match="unreachable"):
             down.publish("/tmp/x", 1)

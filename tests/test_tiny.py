@@ -85,10 +85,12 @@ def test_tokenizer_round_trips_any_text(tiny_path):
         "e\u0301 vs \u00e9 (no normalisation), tabs\tand\r\nCRLF, nul \x00 and \x7f",
         "中文 日本語 한국어 العربية עברית 😀🎉👩‍👩‍👧 \U0001f9ea",
         "  leading and trailing spaces  ",
-        "<tool_call>{\"name\": \"python\"}</tool_call> <|im_end|> literal specials",
+        '<tool_call>{"name": "python"}</tool_call> <|im_end|> literal specials',
     ]
     for _ in range(200):
-        samples.append("".join(chr(rng.choice([rng.randrange(0, 0xD800), rng.randrange(0xE000, 0x110000)])) for _ in range(12)))
+        samples.append(
+            "".join(chr(rng.choice([rng.randrange(0, 0xD800), rng.randrange(0xE000, 0x110000)])) for _ in range(12))
+        )
     for s in samples:
         ids = tok.encode(s, add_special_tokens=False)
         assert tok.decode(ids, skip_special_tokens=False) == s, repr(s)
@@ -139,3 +141,41 @@ def test_bootstrap_bad_inputs_are_clear():
         tiny.bootstrap("nope", steps=1, progress=False)
     with pytest.raises(ValueError, match="steps must be >= 0"):
         tiny.bootstrap("echo", steps=-1, progress=False)
+
+
+class _Hinted:
+    """The same policy with a hint appended to the last user message as a bracketed note (the OPD teacher's view)."""
+
+    def __init__(self, inner, hints):
+        self.inner, self.hints, self.calls = inner, hints, 0
+
+    async def generate(self, prompt, sampling, **kwargs):
+        from claw_envs.conversation.demos import hinted_messages
+
+        self.calls += 1
+        return await self.inner.generate(hinted_messages(prompt, self.hints[self.calls % len(self.hints)]), sampling)
+
+
+@pytest.mark.slow
+async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hints():
+    """The real bootstrap (cached in the default cache, so `make demo` reuses it): held-out problems,
+    first replies, the student persona's rubric. Un-hinted the model writes mostly like an assistant;
+    with a bracketed hint note it switches to the persona's style."""
+    from claw_train.evaluation.conversation import personalization_eval
+    from claw_train.policy import SamplingParams
+    from claw_train.policy.inprocess import InProcessPolicy
+
+    path = tiny.bootstrap("conversation", progress=False)
+    hints = sorted({r["hint"] for r in tiny.demonstrations("claw/Conversation-v0", 300, seed=99) if r["hinted"]})
+    policy = InProcessPolicy(path)
+    try:
+        sampling = SamplingParams(max_new_tokens=128, temperature=1.0)
+        plain = await personalization_eval(policy, persona="student", n=100, seed=0, sampling=sampling)
+        hinted = await personalization_eval(_Hinted(policy, hints), persona="student", n=100, seed=0, sampling=sampling)
+    finally:
+        policy.close()
+    assert plain.valid_rate >= 0.9 and hinted.valid_rate >= 0.9
+    assert plain.score <= 0.3, plain.summary()
+    assert hinted.score >= 0.8, hinted.summary()
+    persona_style = [r for r in plain.records if r["score"] == 1.0]
+    assert persona_style, "un-hinted replies need some persona-style variety for RL to find"

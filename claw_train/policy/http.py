@@ -80,7 +80,9 @@ class Servers:
             except httpx.HTTPError as err:
                 raise PolicyError(f"{method} {url}{path} failed: {type(err).__name__}: {err}") from err
             return decode(resp, f"{method} {url}{path}")
-        raise PolicyError(f"{method} {url}{path}: server unreachable after {self.retries + 1} tries: {'; '.join(errors)}")
+        raise PolicyError(
+            f"{method} {url}{path}: server unreachable after {self.retries + 1} tries: {'; '.join(errors)}"
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -88,7 +90,7 @@ class Servers:
 
 
 def decode(resp: httpx.Response, what: str) -> Any:
-    """The JSON body of a 2xx response (an empty body is ``{}``, a text body ``{"text": ...}``); else ``PolicyError``."""
+    """The JSON body of a 2xx response (empty: ``{}``, plain text: ``{"text": ...}``); else ``PolicyError``."""
     body = resp.text
     if resp.status_code >= 400:
         raise PolicyError(f"{what}: HTTP {resp.status_code}: {body[:500]}")

@@ -51,6 +51,9 @@ class InProcessPolicy(Policy):
     """Serve a local causal LM (a directory or a cached hub id) from a background worker thread.
 
     ``generate`` and ``logprobs`` are coroutines that any event loop, in any thread, may await.
+    ``threads`` is the worker's intra-op thread count on CPU (torch sets it per thread): 1 by default,
+    because on a small CPU the trainer runs beside it and oversubscribed cores slow both down a lot;
+    ``None`` keeps torch's default (all cores), better when the machine only serves.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class InProcessPolicy(Policy):
         max_batch: int = 8,
         dtype: Any = None,
         version: int = 0,
+        threads: int | None = 1,
     ):
         import torch
 
@@ -70,6 +74,7 @@ class InProcessPolicy(Policy):
         self.device = torch.device(device)
         self.dtype = dtype or torch.float32
         self.max_batch = max_batch
+        self.threads = threads if self.device.type == "cpu" else None
         self.tokenizer = load_tokenizer(self.model_path)
         self._active = load_causal_lm(self.model_path, device=self.device, dtype=self.dtype)
         self._standby: Any = None
@@ -139,10 +144,10 @@ class InProcessPolicy(Policy):
         """
         if self._closed:
             raise PolicyError("policy is closed")
-        if version < self._published_version:
-            raise PolicyError(f"version {version} is older than the published version {self._published_version}")
         state = read_weights(weights)
         with self._stage_lock:
+            if version < self._published_version:
+                raise PolicyError(f"version {version} is older than the published version {self._published_version}")
             if self._standby is None:
                 self._standby = copy.deepcopy(self._active)
             _load_into(self._standby, state)
@@ -185,6 +190,8 @@ class InProcessPolicy(Policy):
     def _serve(self) -> None:
         import torch
 
+        if self.threads:
+            torch.set_num_threads(self.threads)  # per thread: a trainer thread keeps its own setting
         stop = False
         while not stop:
             item = self._requests.get()
@@ -298,9 +305,7 @@ class InProcessPolicy(Policy):
                 tok, lp = _sample(logits[i], r.sampling, gens[i])
                 out_ids[i].append(tok)
                 out_lps[i].append(lp)
-                if tok in eos:
-                    finish[i], done[i] = "stop", True
-                elif r.sampling.stop and self._hits_stop(out_ids[i], r.sampling.stop):
+                if tok in eos or (r.sampling.stop and self._hits_stop(out_ids[i], r.sampling.stop)):
                     finish[i], done[i] = "stop", True
                 elif len(out_ids[i]) >= budgets[i]:
                     done[i] = True
@@ -538,7 +543,9 @@ def _load_into(model: Any, state: Mapping[str, Any]) -> None:
         raise PolicyError(f"weights lack {len(missing)} of the model's tensors: {missing[:5]}")
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(current[name].shape):
-            raise PolicyError(f"weight {name!r} has shape {tuple(tensor.shape)}, the model {tuple(current[name].shape)}")
+            raise PolicyError(
+                f"weight {name!r} has shape {tuple(tensor.shape)}, the model {tuple(current[name].shape)}"
+            )
     import torch
 
     with torch.no_grad():

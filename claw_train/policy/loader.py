@@ -42,7 +42,9 @@ def load_policy(
     if policy == "inprocess":
         from claw_train.policy.inprocess import InProcessPolicy
 
-        return InProcessPolicy(resolve_model(model, family=family, progress=progress), device=device, max_batch=max_batch)
+        return InProcessPolicy(
+            resolve_model(model, family=family, progress=progress), device=device, max_batch=max_batch
+        )
     if policy.startswith("sglang://"):
         from claw_train.policy.sglang import SGLangPolicy
 

@@ -8,6 +8,7 @@ backend cannot feed a trainer, only measure a policy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,7 +33,11 @@ class OpenAIPolicy(Policy):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.servers = Servers(
-            [self.base_url], timeout=timeout, retries=retries, backoff=backoff, headers={"Authorization": f"Bearer {api_key}"}
+            [self.base_url],
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            headers={"Authorization": f"Bearer {api_key}"},
         )
         self._logprobs_offered = True
 
@@ -119,9 +124,7 @@ def _with_tool_calls(content: str, calls: Sequence[Any]) -> str:
     for call in calls:
         fn = call.get("function", {}) if isinstance(call, Mapping) else {}
         args = fn.get("arguments", "{}")
-        try:
+        with contextlib.suppress(ValueError):  # bad JSON stays as the server's text; the env reports it
             args = json.loads(args) if isinstance(args, str) else args
-        except ValueError:
-            pass  # keep the server's text; the env reports the bad JSON
         blocks.append(f"<tool_call>\n{json.dumps({'name': fn.get('name'), 'arguments': args})}\n</tool_call>")
     return "\n".join([content, *blocks]) if blocks and content else content or "\n".join(blocks)

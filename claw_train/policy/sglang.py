@@ -32,7 +32,7 @@ DEFAULT_GROUP = "weight_update_group"
 
 
 class SGLangPolicy(Policy):
-    """A policy served by SGLang at ``urls`` (``http://host:port``); ``tokenizer_path`` is the model's directory or id."""
+    """A policy served by SGLang at ``urls`` (``http://host:port``); ``tokenizer_path``: the model's dir or id."""
 
     def __init__(
         self,
@@ -89,7 +89,9 @@ class SGLangPolicy(Policy):
             logprobs = [float(e[0]) for e in entries]
             token_ids = [int(e[1]) for e in entries]
         except (TypeError, ValueError, IndexError) as err:
-            raise PolicyError(f"{what}: output_token_logprobs are not [logprob, token_id, text] triples: {err}") from err
+            raise PolicyError(
+                f"{what}: output_token_logprobs are not [logprob, token_id, text] triples: {err}"
+            ) from err
         output_ids = data.get("output_ids")
         if output_ids is not None and list(output_ids) != token_ids:
             raise PolicyError(f"{what}: output_ids and output_token_logprobs disagree")
@@ -176,7 +178,7 @@ class SGLangPolicy(Policy):
             raise PolicyError(f"weights must be a state dict or a path, not {type(weights).__name__}")
 
     def update_weights_from_disk(self, model_path: str | os.PathLike[str], version: int) -> None:
-        """``/update_weights_from_disk`` on every server; a failure anywhere raises (servers that failed keep old weights)."""
+        """``/update_weights_from_disk`` on every server; any failure raises (failed servers keep their old weights)."""
         payload = {"model_path": str(model_path), "weight_version": str(version), "abort_all_requests": False}
         self._everywhere("/update_weights_from_disk", lambda _i: payload)
         self.version = version
