@@ -35,6 +35,7 @@ class Phase:
     failures: int = 0
     publishes: int = 0
     train_steps: int = 0
+    publish_seconds: list[float] = field(default_factory=list)
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -61,14 +62,20 @@ async def _load(policy, phase: Phase, clients: int, requests: int, max_new_token
     await asyncio.gather(*[client(c) for c in range(clients)])
 
 
-def _publisher(policy, phase: Phase, stop: threading.Event, every_s: float, start_version: int) -> None:
+def _publisher(
+    policy, phase: Phase, stop: threading.Event, every_s: float, start_version: int, args_threads: int
+) -> None:
     import torch
 
+    torch.set_num_threads(args_threads)
     base = {k: v.clone() for k, v in policy._active.state_dict().items()}
+    variants = [{k: v + 1e-3 * torch.randn_like(v) for k, v in base.items()} for _ in range(2)]
     version = start_version
     while not stop.wait(every_s):
         version += 1
-        policy.publish({k: v + 1e-3 * torch.randn_like(v) for k, v in base.items()}, version)
+        start = time.perf_counter()
+        policy.publish(variants[version % 2], version)
+        phase.publish_seconds.append(time.perf_counter() - start)
         phase.publishes += 1
 
 
@@ -76,6 +83,7 @@ def _trainer(policy, model_path: str, phase: Phase, stop: threading.Event, args,
     import torch
     from transformers import AutoModelForCausalLM
 
+    torch.set_num_threads(args.trainer_threads)  # per thread; the serving worker keeps its own
     model = AutoModelForCausalLM.from_pretrained(model_path).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(0)
@@ -88,7 +96,9 @@ def _trainer(policy, model_path: str, phase: Phase, stop: threading.Event, args,
         loss.backward()
         opt.step()
         version += 1
+        start = time.perf_counter()
         policy.publish({k: v.detach() for k, v in model.state_dict().items()}, version)
+        phase.publish_seconds.append(time.perf_counter() - start)
         phase.train_steps += 1
         phase.publishes += 1
 
@@ -98,7 +108,7 @@ def run(args: argparse.Namespace) -> list[Phase]:
     from claw_train.tiny import build_tiny
 
     model_path = args.model or str(build_tiny())
-    policy = InProcessPolicy(model_path, max_batch=args.max_batch)
+    policy = InProcessPolicy(model_path, max_batch=args.max_batch, threads=args.serve_threads)
     phases = []
     try:
         asyncio.run(_load(policy, Phase("warmup"), args.clients, 2, args.max_new_tokens))
@@ -108,7 +118,7 @@ def run(args: argparse.Namespace) -> list[Phase]:
             start_version = policy.published_version
             worker = None
             if name == "publish":
-                target = (policy, phase, stop, args.publish_ms / 1000, start_version)
+                target = (policy, phase, stop, args.publish_ms / 1000, start_version, args.trainer_threads)
                 worker = threading.Thread(target=_publisher, args=target)
             elif name == "train":
                 worker = threading.Thread(target=_trainer, args=(policy, model_path, phase, stop, args, start_version))
@@ -129,15 +139,16 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
     idle = phases[0]
     print(
         f"inprocess serving: {args.clients} clients x {args.requests} requests, {args.max_new_tokens} new tokens, "
-        f"max_batch {args.max_batch}, torch threads {__import__('torch').get_num_threads()}"
+        f"max_batch {args.max_batch}, torch threads: serving {args.serve_threads}, trainer {args.trainer_threads}"
     )
     header = f"{'phase':8} {'p50 ms':>8} {'p99 ms':>8} {'p50/idle':>9} {'p99/idle':>9} {'failed':>7} "
-    print(header + f"{'publishes':>10} {'train steps':>12} {'versions seen':>14}")
+    print(header + f"{'publishes':>10} {'ms/publish':>11} {'train steps':>12} {'versions seen':>14}")
     for p in phases:
+        per_publish = f"{1000 * statistics.mean(p.publish_seconds):.1f}" if p.publish_seconds else "-"
         print(
             f"{p.name:8} {1000 * p.pct(0.5):8.1f} {1000 * p.pct(0.99):8.1f} {p.pct(0.5) / idle.pct(0.5):9.2f} "
-            f"{p.pct(0.99) / idle.pct(0.99):9.2f} {p.failures:7d} {p.publishes:10d} {p.train_steps:12d} "
-            f"{len(p.versions):14d}"
+            f"{p.pct(0.99) / idle.pct(0.99):9.2f} {p.failures:7d} {p.publishes:10d} {per_publish:>11} "
+            f"{p.train_steps:12d} {len(p.versions):14d}"
         )
     total = sum(p.failures for p in phases)
     print(f"failed requests: {total}  (mean latency idle {1000 * statistics.mean(idle.latencies):.1f} ms)")
@@ -153,6 +164,8 @@ def main() -> None:
     parser.add_argument("--publish-ms", type=float, default=50.0)
     parser.add_argument("--train-batch", type=int, default=16)
     parser.add_argument("--train-len", type=int, default=128)
+    parser.add_argument("--trainer-threads", type=int, default=1, help="torch threads of the trainer thread")
+    parser.add_argument("--serve-threads", type=int, default=1, help="torch threads of the serving worker")
     args = parser.parse_args()
     phases = run(args)
     report(phases, args)
