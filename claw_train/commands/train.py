@@ -73,6 +73,10 @@ def main(
     """Run the online trainer and print a summary (and the evaluation curve) at the end."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if not sync:
+        # serving and training run at once: give each half the cores instead of letting their OpenMP teams fight
+        # (set before torch is imported; measured on 2 cores: 4 async updates 41 s -> 32 s)
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))
     from rich.console import Console
 
     import claw_envs
