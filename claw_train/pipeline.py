@@ -70,6 +70,7 @@ class PipelineConfig:
     lora: bool = False
     sync: bool = False
     eval_every: int = 4
+    eval_at: tuple[int, ...] = ()  # evaluate exactly at these updates instead of every ``eval_every``
     eval_n: int = 32
     eval_seed: int = 1234
     persona: str = "student"
@@ -96,6 +97,7 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
+        self.eval_at = tuple(int(u) for u in self.eval_at)
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {self.method!r}")
         for name in ("updates", "samples_per_step", "rollout_workers", "judge_workers", "group_size", "votes"):
@@ -872,8 +874,15 @@ class Pipeline:
             self._loop.call_soon_threadsafe(self._step_event.set)
         self._maybe_evaluate(step)
 
+    def _eval_due(self, step: int) -> bool:
+        if any(e["update"] == step for e in self.evals):
+            return False
+        if self.cfg.eval_at:
+            return step in self.cfg.eval_at
+        return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0
+
     def _maybe_evaluate(self, step: int) -> None:
-        if not self.cfg.eval_every or step % self.cfg.eval_every or any(e["update"] == step for e in self.evals):
+        if not self._eval_due(step):
             return
         evaluate = _evaluator(self.family)
         if evaluate is None:
