@@ -38,15 +38,30 @@ class Completion:
 
 
 class Policy:
-    """A policy backend. ``generate`` takes chat messages or exact prompt token ids."""
+    """A policy backend. ``generate`` takes chat messages or exact prompt token ids.
+
+    ``tokenizer`` is the model's tokenizer when the backend has one (inprocess, sglang): token-exact
+    rollouts render prompts and observation segments with it.
+    """
 
     version: int = 0
+    tokenizer: Any = None
 
-    async def generate(self, prompt: Sequence[Message] | Sequence[int], sampling: SamplingParams) -> Completion:
+    async def generate(
+        self,
+        prompt: Sequence[Message] | Sequence[int],
+        sampling: SamplingParams,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        """Complete ``prompt``; chat messages are rendered with the generation prompt (and ``tools``, if any)."""
         raise NotImplementedError
 
-    async def logprobs(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
-        """Per-token log-probs of ``completion_ids`` after ``prompt_ids`` (a prefill; OPD's teacher)."""
+    async def logprobs(
+        self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0
+    ) -> list[float]:
+        """Per-token log-probs of ``completion_ids`` after ``prompt_ids`` (a prefill; OPD's teacher), under the
+        ``temperature``-scaled distribution as for sampled tokens."""
         raise NotImplementedError
 
     def publish(self, weights: Any, version: int) -> None:

@@ -95,7 +95,9 @@ class OpenAIPolicy(Policy):
             prompt_ids=ids,
         )
 
-    async def logprobs(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], **_: Any) -> list[float]:
+    async def logprobs(
+        self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0
+    ) -> list[float]:
         raise PolicyError("the openai backend cannot score given tokens; use inprocess or sglang for OPD teachers")
 
     def publish(self, weights: Any, version: int) -> None:
