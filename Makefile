@@ -11,7 +11,8 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: demo test lint format bench setup system-packages clean
 
 demo: setup
-	$(VENV)/bin/claw-envs demo
+	$(VENV)/bin/claw-train --env conversation --persona student --method combined --model tiny \
+	  --updates 16 --eval-every 4 --output-dir runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(VENV)/bin/ruff check .

@@ -287,7 +287,11 @@ class _SampleFeed:
 
 
 class Pipeline:
-    """One online training run (see the module docstring). ``policy``/``judge`` may be injected (tests)."""
+    """One online training run (see the module docstring).
+
+    ``policy``/``judge`` may be injected (tests); ``model_path`` is ``cfg.model`` already resolved (e.g. the
+    bootstrapped tiny model's directory, so a caller can show the bootstrap's progress).
+    """
 
     def __init__(
         self,
@@ -295,6 +299,7 @@ class Pipeline:
         *,
         policy: Policy | None = None,
         judge: Any = None,
+        model_path: str | None = None,
         on_message: Callable[[str], None] | None = None,
     ):
         import claw_envs
@@ -311,6 +316,7 @@ class Pipeline:
         self.stats = Stats()
         self.say = on_message or (lambda text: None)
         self._policy_arg = policy
+        self._model_path = model_path
         self._judge_arg = judge
         self.evals: list[dict[str, Any]] = []
         self._stop_reason: tuple[str, str] | None = None
@@ -363,7 +369,7 @@ class Pipeline:
         tasks: list[asyncio.Task] = []
         try:
             self.stats.status = "loading the policy"
-            self.model_path = await asyncio.to_thread(self._resolve_model)
+            self.model_path = self._model_path or await asyncio.to_thread(self._resolve_model)
             self.policy = _RetryingPolicy(
                 self._policy_arg or await asyncio.to_thread(self._load_policy),
                 self.cfg.policy_retries,

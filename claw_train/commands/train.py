@@ -129,8 +129,14 @@ def main(
         cfg = PipelineConfig(**values)
     except (TypeError, ValueError) as err:
         raise typer.BadParameter(str(err)) from None
+    model_path = None
+    if cfg.model == "tiny":
+        from claw_train.policy.loader import resolve_model
+
+        console.print("tiny model: the cached build, or a few minutes to build and bootstrap it on first use")
+        model_path = resolve_model("tiny", family=family, progress=console.is_terminal)
     try:
-        pipeline = Pipeline(cfg, on_message=lambda text: console.print(text))
+        pipeline = Pipeline(cfg, model_path=model_path, on_message=lambda text: console.print(text))
         result = asyncio.run(_run(pipeline, console, display))
     except RunError as err:
         console.print(f"[red]{err}[/red]")
@@ -140,11 +146,21 @@ def main(
     summary = json.loads((cfg.output_dir / "summary.json").read_text())
     console.print(summary_table(summary, title=f"claw-train · {pipeline._title()}"))
     if result.evals:
-        console.print(
-            "personalization score by update: " + "  ".join(f"{e['update']}:{e['score']:.3f}" for e in result.evals)
-        )
+        console.print(curve(result.evals))
     console.print(f"learning curve: {cfg.output_dir / 'learning_curve.png'}   logs: {cfg.output_dir / 'logs'}")
     raise typer.Exit(result.exit_code)
+
+
+def curve(evals: list[dict[str, Any]], width: int = 40) -> str:
+    """The held-out score by update as text bars (what ``make demo`` ends with)."""
+    lines = ["personalization score (first reply to held-out problems) by update:"]
+    for e in evals:
+        filled = round(max(0.0, min(1.0, e["score"])) * width)
+        bar = "█" * filled + "·" * (width - filled)
+        lines.append(f"  update {e['update']:>3}  {bar}  {e['score']:.3f}  (valid {e.get('valid_rate', 0):.0%})")
+    if len(evals) > 1:
+        lines.append(f"  change: {evals[-1]['score'] - evals[0]['score']:+.3f}")
+    return "\n".join(lines)
 
 
 def _landed() -> list[str]:
