@@ -406,6 +406,8 @@ def render_prompt(
         return [int(t) for t in items]
     if not all(isinstance(m, Mapping) and "role" in m for m in items):
         raise PolicyError("prompt must be a list of token ids or a list of chat messages with a 'role'")
+    if not getattr(tokenizer, "chat_template", None):
+        raise PolicyError("this tokenizer has no chat template; pass prompt token ids instead of messages")
     try:
         text = tokenizer.apply_chat_template(
             [dict(m) for m in items], tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False
@@ -460,7 +462,7 @@ def load_causal_lm(model_path: str, *, device: Any = "cpu", dtype: Any = None) -
 
 
 def load_tokenizer(model_path: str) -> Any:
-    """``AutoTokenizer.from_pretrained`` with a clear ``PolicyError``; the tokenizer must have a chat template."""
+    """``AutoTokenizer.from_pretrained`` with a clear ``PolicyError`` (chat messages also need a chat template)."""
     from transformers import AutoTokenizer
 
     _check_causal_lm(model_path)
@@ -468,8 +470,6 @@ def load_tokenizer(model_path: str) -> Any:
         tok = AutoTokenizer.from_pretrained(model_path)
     except Exception as err:
         raise PolicyError(f"cannot load the tokenizer of {model_path!r}: {type(err).__name__}: {err}") from err
-    if not getattr(tok, "chat_template", None):
-        raise PolicyError(f"the tokenizer of {model_path!r} has no chat template")
     return tok
 
 
