@@ -504,3 +504,15 @@ def test_registered_and_async_api():
         return await asyncio.gather(*(episode(s) for s in range(10)))
 
     assert asyncio.run(main()) == [1.0] * 10
+
+
+def test_a_bot_looking_reply_draws_a_style_complaint_even_when_its_number_is_wrong():
+    env = ConversationEnv(persona="student")
+    env.reset(seed=5)
+    answer = env.problem.answer
+    wrong = assistant_reply(env).replace(str(answer), str(answer + 100))
+    _, _, _, _, info = env.step(wrong)
+    ns = info["next_state"]
+    assert not info["answer_correct"]
+    style_corrections = {c for p in env.persona.preferences for c in p.phrasing.corrections}
+    assert ns.evaluative.score == -1.0 and ns.directive in style_corrections, ns.text

@@ -2,9 +2,11 @@
 
 * :class:`RulesSimulator` (default) — deterministic given the env's seed: a reply that is unusable
   (empty, junk, too long, a bare tool call, another language) gets the persona's re-ask for that case;
-  a missing or wrong final number gets a re-ask; otherwise the first preference the reply misses gets a
-  complaint plus a correction; a reply that meets everything gets thanks. Phrasing is picked with the
-  env's ``np_random``.
+  a missing final number gets a re-ask; otherwise the first preference the reply misses gets a
+  complaint plus a correction (what a reply looks like is noticed before whether its number is right,
+  as a person skimming it would); a wrong number in a reply that meets every preference gets a re-ask;
+  a reply that meets everything and is right gets thanks. Phrasing is picked with the env's
+  ``np_random``.
 * :class:`LLMSimulator` — the same personas played by a model behind any OpenAI-compatible
   ``/chat/completions`` endpoint (SGLang, vLLM, a hosted API), prompted with
   ``prompts/personas/<name>.jinja`` (``generic.jinja`` for personas without their own template).
@@ -81,13 +83,14 @@ class RulesSimulator(Simulator):
             phrasing = persona.reask[result.invalid_kind]
         elif result.final is None:
             phrasing = persona.reask["missing_answer"]
-        elif not result.correct:
-            phrasing = persona.reask["wrong_answer"]
         else:
             missed = [p for p in persona.preferences if not result.met[p.name]]
-            if not missed:
+            if missed:
+                phrasing = missed[0].phrasing
+            elif not result.correct:
+                phrasing = persona.reask["wrong_answer"]
+            else:
                 return Reaction(pick(persona.thanks, rng), satisfied=True)
-            phrasing = missed[0].phrasing
         return Reaction(phrasing.compose(rng, cap=MAX_REPLY_CHARS), satisfied=False)
 
 
