@@ -534,10 +534,11 @@ class Pipeline:
             else:
                 self.stats.add("generation_errors")
             return len(agent.turns)
-        if agent._pending is not None and len(result.infos) == len(result.actions) + 1:
-            agent.observe(result.rewards[-1] if result.rewards else 0.0, result.infos[-1])
-        elif agent._pending is not None:  # the env never answered (timeout, crash): nothing to learn from
-            self.stats.mask(f"env_{result.status}")
+        if agent.pending:
+            if len(result.infos) == len(result.actions) + 1:  # the reset info, then one per step
+                agent.observe(result.rewards[-1] if result.rewards else 0.0, result.infos[-1])
+            else:  # the env never answered this action (timeout, crash): recorded, then masked as infra
+                agent.abandon(result.status if result.status != "ok" else "infra_failure")
         await agent.flush()
         self.stats.add("episodes")
         if result.status != "ok":

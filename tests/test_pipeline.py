@@ -360,3 +360,63 @@ def _has_bwrap() -> bool:
     import shutil
 
     return shutil.which("bwrap") is not None
+
+
+def _turn(step: int, group: str, *, outcome=None, status="ok", evaluative=0.0, episode="e"):
+    from claw_envs.core import Evaluative, NextState
+    from claw_train.records import TurnRecord
+
+    ns = NextState(text="ok", step_index=step, evaluative=Evaluative(evaluative), outcome=outcome)
+    return TurnRecord(
+        episode_id=episode, group_id=group, task_id="t", step_index=step, prompt_ids=[1, 2], completion_ids=[3, 4],
+        logprobs=[-1.0, -1.0], policy_version=0, messages=[{"role": "user", "content": "hi"}], action_text="a",
+        next_state=ns, status=status,
+    )  # fmt: skip
+
+
+class ScriptedJudge:
+    """Judges a step by its env evaluative score (no hint); counts calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def judge(self, action, next_state, messages):
+        from judges.base import Judgement
+
+        self.calls += 1
+        return Judgement(score=next_state.evaluative.score)
+
+
+def _bare_pipeline(tmp_path, **cfg):
+    from claw_train.logs import VersionedLog
+
+    p = Pipeline(PipelineConfig(output_dir=tmp_path, report_to="none", **cfg))
+    p.judge, p.log, p.attempt = ScriptedJudge(), VersionedLog(tmp_path / "logs"), 0
+    return p
+
+
+def test_infra_failures_are_masked_without_judging(tmp_path):
+    p = _bare_pipeline(tmp_path, env="conversation", method="binary")
+    assert asyncio.run(p._judge_personal(_turn(1, "g", status="sandbox_failure"))) == []
+    assert p.judge.calls == 0 and p.stats.masked == {"infra_sandbox_failure": 1}
+    assert asyncio.run(p._judge_personal(_turn(1, "g", evaluative=0.0))) == []  # PRM 0, no hint: no gradient
+    assert p.stats.masked["no_signal"] == 1
+    [sample] = asyncio.run(p._judge_personal(_turn(1, "g", evaluative=1.0)))
+    assert sample.advantages == [1.0, 1.0] and sample.sample_id == "a0-0000001"
+    p.log.close()
+    decisions = [(r["decision"], r["reason"]) for r in read_logs(tmp_path / "logs")]
+    assert decisions == [("masked", "infra_sandbox_failure"), ("masked", "no_signal"), ("accepted", None)]
+
+
+def test_general_agents_get_step_index_normalised_advantages(tmp_path):
+    p = _bare_pipeline(tmp_path, env="echo", method="binary", prm_c=1.0)
+    good = [_turn(1, "g", evaluative=1.0, episode="a"), _turn(2, "g", evaluative=1.0, outcome=1.0, episode="a")]
+    bad = [_turn(1, "g", evaluative=-1.0, episode="b"), _turn(2, "g", evaluative=1.0, outcome=-1.0, episode="b")]
+    samples = asyncio.run(p._judge_group([good, bad]))
+    by = {(s.turn.episode_id, s.turn.step_index): s.advantages[0] for s in samples}
+    # step 1: r = 1+1 = 2 vs -1-1 = -2 -> ±1; step 2: r = 1+1 = 2 vs -1+1 = 0 -> ±1 (population σ)
+    assert by == pytest.approx({("a", 1): 1.0, ("b", 1): -1.0, ("a", 2): 1.0, ("b", 2): -1.0}, abs=1e-5)
+    same = [[_turn(1, "h", evaluative=1.0, outcome=1.0, episode=e)] for e in "xy"]
+    assert asyncio.run(p._judge_group(same)) == []  # a constant bucket: no gradient
+    assert p.stats.masked["no_signal"] == 2
+    p.log.close()
