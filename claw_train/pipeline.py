@@ -212,7 +212,8 @@ class Stats:
         self.counts: Counter[str] = Counter()
         self.masked: Counter[str] = Counter()
         self.scores: deque[float] = deque(maxlen=256)
-        self.trained_times: deque[tuple[float, int]] = deque(maxlen=64)
+        self.trained_total = 0
+        self.train_started: float | None = None
         self.started = time.monotonic()
         self.version = 0
         self.staleness = 0.0
@@ -234,15 +235,14 @@ class Stats:
 
     def trained(self, n: int) -> None:
         with self._lock:
-            self.trained_times.append((time.monotonic(), n))
+            self.trained_total += n
 
     def samples_per_second(self) -> float:
+        """Samples trained per second since the trainer started."""
         with self._lock:
-            if len(self.trained_times) < 2:
+            if self.train_started is None:
                 return 0.0
-            (t0, _), (t1, _) = self.trained_times[0], self.trained_times[-1]
-            n = sum(k for _, k in list(self.trained_times)[1:])
-        return n / (t1 - t0) if t1 > t0 else 0.0
+            return self.trained_total / max(1e-9, time.monotonic() - self.train_started)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -323,6 +323,9 @@ class Pipeline:
         self._sample_no = 0
         self._episode_no = 0
         self.trainer: Any = None
+        self.judge: Any = None
+        self.turn_q: asyncio.Queue[Any] | None = None
+        self.sample_q: asyncio.Queue[TrainSample] | None = None
         self.checkpoint: Path | None = None
 
     # -- public -----------------------------------------------------------------------------
@@ -339,7 +342,7 @@ class Pipeline:
     def snapshot(self) -> dict[str, Any]:
         """What the live display shows."""
         snap = self.stats.snapshot()
-        if hasattr(self, "turn_q"):
+        if self.turn_q is not None and self.sample_q is not None:
             snap["turn_queue"] = self.turn_q.qsize()
             snap["sample_queue"] = self.sample_q.qsize()
         snap["samples_per_second"] = self.stats.samples_per_second()
@@ -356,7 +359,6 @@ class Pipeline:
         started = time.monotonic()
         self._loop = asyncio.get_running_loop()
         self._closed = asyncio.Event()
-        self.judge = None
         resume_from = self._prepare_output_dir()
         self.attempt = self.ledger.attempts() + (1 if resume_from else 0)
         if resume_from is not None:
@@ -381,8 +383,8 @@ class Pipeline:
                 raise RunError(f"--judge {self.cfg.judge}: {err}") from None
             self.sampling = SamplingParams(max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature)
             size = self.cfg.samples_per_step  # small queues keep samples fresh (staleness) and the CPU for training
-            self.turn_q: asyncio.Queue[Any] = asyncio.Queue(size if self.personal else max(1, self.cfg.rollout_workers))
-            self.sample_q: asyncio.Queue[TrainSample] = asyncio.Queue(size)
+            self.turn_q = asyncio.Queue(size if self.personal else max(1, self.cfg.rollout_workers))
+            self.sample_q = asyncio.Queue(size)
             self._served = asyncio.Event()  # the trainer's weights are serving (resume: the checkpoint's)
             if resume_from is None:
                 self._served.set()
@@ -946,6 +948,7 @@ def _glue_callback(pipeline: Pipeline) -> Any:
     class PipelineCallback(TrainerCallback):
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             pipeline.stats.version = state.global_step
+            pipeline.stats.train_started = time.monotonic()
             pipeline._maybe_evaluate(state.global_step)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
