@@ -38,7 +38,6 @@ import signal
 import statistics
 import threading
 import time
-from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from claw_train.advantages import METHODS, StepReward, method_advantages, step_index_normalise
+from claw_train.advantages import METHODS
+from claw_train.judging import SampleMaker
 from claw_train.logs import Ledger, VersionedLog
+from claw_train.metrics import Stats
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
 from claw_train.records import TrainSample, TurnRecord
 from claw_train.rollout import EpisodeAgent
@@ -204,62 +205,6 @@ class _StreamingAgent(EpisodeAgent):
             raise
 
 
-class Stats:
-    """Counters and recent windows the display and the summary read (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.counts: Counter[str] = Counter()
-        self.masked: Counter[str] = Counter()
-        self.scores: deque[float] = deque(maxlen=256)
-        self.trained_total = 0
-        self.train_started: float | None = None
-        self.started = time.monotonic()
-        self.version = 0
-        self.staleness = 0.0
-        self.last_eval: dict[str, Any] | None = None
-        self.status = "starting"
-
-    def add(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self.counts[key] += n
-
-    def mask(self, reason: str) -> None:
-        with self._lock:
-            self.masked[reason] += 1
-            self.counts["masked"] += 1
-
-    def score(self, value: float) -> None:
-        with self._lock:
-            self.scores.append(value)
-
-    def trained(self, n: int) -> None:
-        with self._lock:
-            self.trained_total += n
-
-    def samples_per_second(self) -> float:
-        """Samples trained per second since the trainer started."""
-        with self._lock:
-            if self.train_started is None:
-                return 0.0
-            return self.trained_total / max(1e-9, time.monotonic() - self.train_started)
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            judged = self.counts["judged"]
-            return {
-                "status": self.status,
-                "elapsed": time.monotonic() - self.started,
-                "counts": dict(self.counts),
-                "masked": dict(self.masked),
-                "mean_score": statistics.fmean(self.scores) if self.scores else None,
-                "hint_rate": self.counts["hints"] / judged if judged else None,
-                "version": self.version,
-                "staleness": self.staleness,
-                "last_eval": self.last_eval,
-            }
-
-
 class _SampleFeed:
     """The trainer's view of the asyncio sample queue: a blocking ``get`` from its thread (no polling)."""
 
@@ -320,7 +265,6 @@ class Pipeline:
         self._judge_arg = judge
         self.evals: list[dict[str, Any]] = []
         self._stop_reason: tuple[str, str] | None = None
-        self._sample_no = 0
         self._episode_no = 0
         self.trainer: Any = None
         self.judge: Any = None
@@ -381,6 +325,19 @@ class Pipeline:
                 self.judge = self._judge_arg or self._make_judge()
             except ValueError as err:
                 raise RunError(f"--judge {self.cfg.judge}: {err}") from None
+            self.samples = SampleMaker(
+                method=self.cfg.method,
+                judge=self.judge,
+                policy=self.policy,
+                stats=self.stats,
+                log=self.log,
+                attempt=self.attempt,
+                w_rl=self.cfg.w_rl,
+                w_opd=self.cfg.w_opd,
+                prm_c=self.cfg.prm_c,
+                temperature=self.cfg.temperature,
+                fatal=lambda err: isinstance(err, PolicyDown),
+            )
             self.sampling = SamplingParams(max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature)
             size = self.cfg.samples_per_step  # small queues keep samples fresh (staleness) and the CPU for training
             self.turn_q = asyncio.Queue(size if self.personal else max(1, self.cfg.rollout_workers))
@@ -582,145 +539,16 @@ class Pipeline:
     async def _judge_worker(self) -> None:
         while True:
             item = await self.turn_q.get()
-            samples = await (self._judge_group(item) if isinstance(item, list) else self._judge_personal(item))
+            try:
+                samples = await self._judge(item)
+            except PolicyDown as err:  # the teacher prefill found the policy dead
+                self.request_stop("policy_failed", str(err))
+                return
             for sample in samples:
                 await self.sample_q.put(sample)
 
-    async def _judgement(self, turn: TurnRecord) -> Any:
-        try:
-            return await self.judge.judge(turn.action_text, turn.next_state, turn.messages)
-        except Exception as err:  # a judge must never take the pipeline down
-            self.stats.add("judge_errors")
-            turn.info["judge_error"] = f"{type(err).__name__}: {err}"
-            return None
-
-    async def _teacher_logprobs(self, turn: TurnRecord, hint: str | None) -> list[float] | None:
-        """``log π(a_t | s + hint)`` over the turn's generated tokens (a prefill on the serving policy)."""
-        if hint is None or self.cfg.method == "binary":
-            return None
-        from claw_envs.conversation.demos import hinted_messages
-        from claw_train.policy.inprocess import render_prompt
-
-        try:
-            ids = render_prompt(
-                self.policy.tokenizer, hinted_messages(turn.messages, hint), tools=turn.info.get("tools")
-            )
-            kwargs = {"temperature": self.cfg.temperature} if self.cfg.temperature != 1.0 else {}
-            return await self.policy.logprobs(ids, turn.completion_ids, **kwargs)
-        except PolicyDown as err:
-            self.request_stop("policy_failed", str(err))
-        except PolicyError as err:
-            self.stats.add("teacher_errors")
-            turn.info["teacher_error"] = str(err)
-        return None
-
-    def _usable(self, turn: TurnRecord) -> str | None:
-        """Why a turn cannot be learned from before judging (``None``: it can)."""
-        if turn.status != "ok":
-            return f"infra_{turn.status}"
-        if turn.next_state is None:
-            return "no_next_state"
-        if not turn.completion_ids:
-            return "empty_completion"
-        return None
-
-    async def _judge_personal(self, turn: TurnRecord) -> list[TrainSample]:
-        reason = self._usable(turn)
-        judgement = None if reason else await self._judgement(turn)
-        if reason is None and judgement is None:
-            reason = "judge_error"
-        score = hint = teacher = None
-        if judgement is not None:
-            self._count_judgement(judgement)
-            score = judgement.score if judgement.available else None
-            hint = judgement.hint if getattr(judgement, "hint_available", True) else None
-            teacher = await self._teacher_logprobs(turn, hint)
-        adv = None
-        if reason is None:
-            adv = method_advantages(
-                self.cfg.method,
-                len(turn.completion_ids),
-                score=score,
-                teacher_logprobs=teacher,
-                old_logprobs=turn.logprobs,
-                w_rl=self.cfg.w_rl,
-                w_opd=self.cfg.w_opd,
-            )
-            if adv is None:
-                reason = "judge_unavailable" if judgement is not None and not judgement.available else "no_signal"
-        return self._emit([(turn, adv, score, hint if teacher is not None else None, judgement, reason)])
-
-    async def _judge_group(self, episodes: list[list[TurnRecord]]) -> list[TrainSample]:
-        turns = [t for ep in episodes for t in ep]
-        reasons = [self._usable(t) for t in turns]
-        judgements = await asyncio.gather(
-            *(self._judgement(t) if r is None else _none() for t, r in zip(turns, reasons, strict=True))
-        )
-        steps, where = [], []
-        k = 0
-        for ep in episodes:
-            outcome = next((t.next_state.outcome for t in reversed(ep) if t.next_state is not None), None)
-            for t in ep:
-                j = judgements[k]
-                if j is not None:
-                    self._count_judgement(j)
-                if reasons[k] is None and (j is None or not j.available):
-                    reasons[k] = "judge_unavailable" if j is not None else "judge_error"
-                if reasons[k] is None:
-                    steps.append(StepReward(t.group_id, t.step_index, float(outcome or 0.0), float(j.score)))
-                    where.append(k)
-                k += 1
-        normalised = step_index_normalise(steps, c=self.cfg.prm_c)
-        norm = dict(zip(where, normalised, strict=True))
-        hints = [j.hint if j is not None and getattr(j, "hint_available", True) else None for j in judgements]
-        teachers = await asyncio.gather(
-            *(
-                self._teacher_logprobs(t, h) if reasons[k] is None else _none()
-                for k, (t, h) in enumerate(zip(turns, hints, strict=True))
-            )
-        )
-        rows = []
-        for k, t in enumerate(turns):
-            adv = None
-            if reasons[k] is None:
-                adv = method_advantages(
-                    self.cfg.method,
-                    len(t.completion_ids),
-                    score=norm.get(k),
-                    teacher_logprobs=teachers[k],
-                    old_logprobs=t.logprobs,
-                    w_rl=self.cfg.w_rl,
-                    w_opd=self.cfg.w_opd,
-                )
-                if adv is None:
-                    reasons[k] = "no_signal"
-            score = judgements[k].score if judgements[k] is not None else None
-            rows.append((t, adv, score, hints[k] if teachers[k] is not None else None, judgements[k], reasons[k]))
-        return self._emit(rows)
-
-    def _count_judgement(self, j: Any) -> None:
-        self.stats.add("judged")
-        if not j.available:
-            self.stats.add("judge_unavailable")
-        else:
-            self.stats.score(j.score)
-        if j.hint is not None:
-            self.stats.add("hints")
-
-    def _emit(self, rows: list[tuple[TurnRecord, Any, Any, Any, Any, str | None]]) -> list[TrainSample]:
-        """Log every judged turn with its decision; return the accepted samples (with fresh ids)."""
-        out = []
-        for turn, adv, score, hint, judgement, reason in rows:
-            sample_id = None
-            if reason is None:
-                self._sample_no += 1
-                sample_id = f"a{self.attempt}-{self._sample_no:07d}"
-                out.append(TrainSample(turn, adv, self.cfg.method, score=score, hint=hint, sample_id=sample_id))
-                self.stats.add("samples")
-            else:
-                self.stats.mask(reason)
-            self.log.write(turn.policy_version, _turn_record(turn, judgement, adv, reason, sample_id))
-        return out
+    def _judge(self, item: TurnRecord | list[list[TurnRecord]]) -> Awaitable[list[TrainSample]]:
+        return self.samples.group(item) if isinstance(item, list) else self.samples.personal(item)
 
     # -- sync mode --------------------------------------------------------------------------
 
@@ -742,9 +570,11 @@ class Pipeline:
                 groups = await asyncio.gather(*(self._play_group() for _ in range(self.cfg.rollout_workers)))
                 for g in groups:
                     await collect(g)
-            judged = await asyncio.gather(
-                *(self._judge_group(i) if isinstance(i, list) else self._judge_personal(i) for i in items)
-            )
+            try:
+                judged = await asyncio.gather(*(self._judge(i) for i in items))
+            except PolicyDown as err:
+                self.request_stop("policy_failed", str(err))
+                return
             pending += [s for batch in judged for s in batch]
             while len(pending) >= self.cfg.samples_per_step and not self._closed.is_set():
                 step = self.trainer_step()
@@ -981,49 +811,6 @@ async def _conversation_eval(p: Pipeline, step: int) -> dict[str, Any]:
         "failed_generations": report.failed_generations,
         "preference_rates": report.preference_rates,
     }
-
-
-def _turn_record(
-    turn: TurnRecord, judgement: Any, adv: list[float] | None, reason: str | None, sample_id: str | None
-) -> dict[str, Any]:
-    ns = turn.next_state
-    record: dict[str, Any] = {
-        "kind": "turn",
-        "episode": turn.episode_id,
-        "group": turn.group_id,
-        "task": turn.task_id,
-        "step": turn.step_index,
-        "version": turn.policy_version,
-        "status": turn.status,
-        "finish_reason": turn.finish_reason,
-        "action": turn.action_text,
-        "tokens": len(turn.completion_ids),
-        "next_state": None
-        if ns is None
-        else {
-            "text": ns.text,
-            "role": ns.role,
-            "evaluative": ns.evaluative.score,
-            "directive": ns.directive,
-            "outcome": ns.outcome,
-        },
-        "decision": "accepted" if reason is None else "masked",
-        "reason": reason,
-        "sample_id": sample_id,
-    }
-    if judgement is not None:
-        record["judgement"] = judgement.to_dict() if hasattr(judgement, "to_dict") else repr(judgement)
-        record["hint_accepted"] = judgement.hint is not None
-    if adv is not None:
-        record["advantage"] = {"mean": _mean(adv), "min": min(adv), "max": max(adv)}
-    for key in ("judge_error", "teacher_error"):
-        if key in turn.info:
-            record[key] = turn.info[key]
-    return record
-
-
-async def _none() -> None:
-    return None
 
 
 async def _first_failure(tasks: list[asyncio.Task]) -> BaseException:

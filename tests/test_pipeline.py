@@ -236,18 +236,15 @@ class NaNOnce(Policy):
         await self.inner.aclose()
 
 
-def test_judge_down_then_up_and_a_nan_step(models, tmp_path):
-    from claw_train.policy.inprocess import InProcessPolicy
-
+def test_judge_down_then_up(models, tmp_path):
     judge = FlakyJudge(down_for=12)
-    policy = NaNOnce(InProcessPolicy(models("conversation")), at=20)
     try:
         cfg = PipelineConfig(
             env="conversation", model=models("conversation"), updates=2, output_dir=tmp_path / "run", eval_every=0,
             judge=judge.url, votes=1, judge_options={"retries": 0, "failure_threshold": 4, "reset_after": 0.3},
             **FAST,
         )  # fmt: skip
-        result = run(cfg, policy=policy)
+        result = run(cfg)
     finally:
         judge.close()
     assert result.status == "done", result.message
@@ -255,9 +252,22 @@ def test_judge_down_then_up_and_a_nan_step(models, tmp_path):
     assert counts["counts"]["judge_unavailable"] >= 1  # the down phase is counted, not learned from as a 0
     assert counts["masked"]["judge_unavailable"] >= 1
     assert counts["judge"]["http_errors"] + counts["judge"]["circuit_rejections"] >= 1
-    assert counts["trainer"]["nan_skipped"] == 1  # the batch with the NaN log-prob: step skipped
+    check_ledger(tmp_path / "run", 2)
+
+
+def test_nan_loss_step_is_skipped_and_logged(models, tmp_path):
+    from claw_train.policy.inprocess import InProcessPolicy
+
+    policy = NaNOnce(InProcessPolicy(models("conversation")), at=1)  # sync: the first turn is in the first batch
+    cfg = PipelineConfig(
+        env="conversation", model=models("conversation"), updates=2, output_dir=tmp_path / "run", eval_every=0,
+        sync=True, **FAST,
+    )  # fmt: skip
+    result = run(cfg, policy=policy)
+    assert result.status == "done", result.message
+    assert result.counters["trainer"]["nan_skipped"] == 1
     updates = [r for r in read_logs(tmp_path / "run" / "logs") if r["kind"] == "update"]
-    assert any(u["nan_skipped"] for u in updates)
+    assert [u["nan_skipped"] for u in sorted(updates, key=lambda u: u["update"])] == [1, 1]  # cumulative count
     check_ledger(tmp_path / "run", 2)
 
 
@@ -387,21 +397,22 @@ class ScriptedJudge:
         return Judgement(score=next_state.evaluative.score)
 
 
-def _bare_pipeline(tmp_path, **cfg):
+def _sample_maker(tmp_path, method: str, **kwargs):
+    from claw_train.judging import SampleMaker
     from claw_train.logs import VersionedLog
+    from claw_train.metrics import Stats
 
-    p = Pipeline(PipelineConfig(output_dir=tmp_path, report_to="none", **cfg))
-    p.judge, p.log, p.attempt = ScriptedJudge(), VersionedLog(tmp_path / "logs"), 0
-    return p
+    log = VersionedLog(tmp_path / "logs")
+    return SampleMaker(method=method, judge=ScriptedJudge(), policy=None, stats=Stats(), log=log, **kwargs)
 
 
 def test_infra_failures_are_masked_without_judging(tmp_path):
-    p = _bare_pipeline(tmp_path, env="conversation", method="binary")
-    assert asyncio.run(p._judge_personal(_turn(1, "g", status="sandbox_failure"))) == []
+    p = _sample_maker(tmp_path, "binary")
+    assert asyncio.run(p.personal(_turn(1, "g", status="sandbox_failure"))) == []
     assert p.judge.calls == 0 and p.stats.masked == {"infra_sandbox_failure": 1}
-    assert asyncio.run(p._judge_personal(_turn(1, "g", evaluative=0.0))) == []  # PRM 0, no hint: no gradient
+    assert asyncio.run(p.personal(_turn(1, "g", evaluative=0.0))) == []  # PRM 0, no hint: no gradient
     assert p.stats.masked["no_signal"] == 1
-    [sample] = asyncio.run(p._judge_personal(_turn(1, "g", evaluative=1.0)))
+    [sample] = asyncio.run(p.personal(_turn(1, "g", evaluative=1.0)))
     assert sample.advantages == [1.0, 1.0] and sample.sample_id == "a0-0000001"
     p.log.close()
     decisions = [(r["decision"], r["reason"]) for r in read_logs(tmp_path / "logs")]
@@ -409,14 +420,14 @@ def test_infra_failures_are_masked_without_judging(tmp_path):
 
 
 def test_general_agents_get_step_index_normalised_advantages(tmp_path):
-    p = _bare_pipeline(tmp_path, env="echo", method="binary", prm_c=1.0)
+    p = _sample_maker(tmp_path, "binary", prm_c=1.0)
     good = [_turn(1, "g", evaluative=1.0, episode="a"), _turn(2, "g", evaluative=1.0, outcome=1.0, episode="a")]
     bad = [_turn(1, "g", evaluative=-1.0, episode="b"), _turn(2, "g", evaluative=1.0, outcome=-1.0, episode="b")]
-    samples = asyncio.run(p._judge_group([good, bad]))
+    samples = asyncio.run(p.group([good, bad]))
     by = {(s.turn.episode_id, s.turn.step_index): s.advantages[0] for s in samples}
     # step 1: r = 1+1 = 2 vs -1-1 = -2 -> ±1; step 2: r = 1+1 = 2 vs -1+1 = 0 -> ±1 (population σ)
     assert by == pytest.approx({("a", 1): 1.0, ("b", 1): -1.0, ("a", 2): 1.0, ("b", 2): -1.0}, abs=1e-5)
     same = [[_turn(1, "h", evaluative=1.0, outcome=1.0, episode=e)] for e in "xy"]
-    assert asyncio.run(p._judge_group(same)) == []  # a constant bucket: no gradient
+    assert asyncio.run(p.group(same)) == []  # a constant bucket: no gradient
     assert p.stats.masked["no_signal"] == 2
     p.log.close()
