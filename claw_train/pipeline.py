@@ -87,6 +87,7 @@ class PipelineConfig:
     w_opd: float = 1.0
     prm_c: float = 1.0
     max_staleness: int = 2
+    in_flight_batches: int = 1  # async: turns generated but not yet trained, in batches of samples_per_step
     checkpoint_every: int = 4
     policy_retries: int = 3
     retry_backoff: float = 0.5
@@ -181,9 +182,16 @@ class _RetryingPolicy(Policy):
 class _StreamingAgent(EpisodeAgent):
     """An ``EpisodeAgent`` that hands each turn on as soon as the env has answered it."""
 
-    def __init__(self, *args: Any, emit: Callable[[TurnRecord], Awaitable[None]], **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        emit: Callable[[TurnRecord], Awaitable[None]],
+        gate: asyncio.Semaphore | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.emit = emit
+        self.gate = gate
         self.emitted = 0
         self.error: PolicyError | None = None
 
@@ -198,9 +206,13 @@ class _StreamingAgent(EpisodeAgent):
         if self.transcript is not None:
             self.observe(0.0, info)
             await self.flush()
+        if self.gate is not None:
+            await self.gate.acquire()  # a slot in the in-flight budget; freed when the turn is trained or masked
         try:
             return await super().__call__(obs, info)
         except PolicyError as err:
+            if self.gate is not None:
+                self.gate.release()
             self.error = err
             raise
 
@@ -208,10 +220,17 @@ class _StreamingAgent(EpisodeAgent):
 class _SampleFeed:
     """The trainer's view of the asyncio sample queue: a blocking ``get`` from its thread (no polling)."""
 
-    def __init__(self, queue: asyncio.Queue[TrainSample], loop: asyncio.AbstractEventLoop, closed: asyncio.Event):
+    def __init__(
+        self,
+        queue: asyncio.Queue[TrainSample],
+        loop: asyncio.AbstractEventLoop,
+        closed: asyncio.Event,
+        on_take: Callable[[], None] = lambda: None,
+    ):
         self.queue = queue
         self.loop = loop
         self.closed = closed
+        self.on_take = on_take
 
     async def _get(self) -> TrainSample | None:
         if self.closed.is_set():
@@ -221,6 +240,7 @@ class _SampleFeed:
         done, _ = await asyncio.wait({getter, closer}, return_when=asyncio.FIRST_COMPLETED)
         closer.cancel()
         if getter in done:
+            self.on_take()
             return getter.result()
         getter.cancel()
         return None
@@ -271,6 +291,7 @@ class Pipeline:
         self.turn_q: asyncio.Queue[Any] | None = None
         self.sample_q: asyncio.Queue[TrainSample] | None = None
         self.checkpoint: Path | None = None
+        self._in_flight: asyncio.Semaphore | None = None
 
     # -- public -----------------------------------------------------------------------------
 
@@ -342,6 +363,9 @@ class Pipeline:
             size = self.cfg.samples_per_step  # small queues keep samples fresh (staleness) and the CPU for training
             self.turn_q = asyncio.Queue(size if self.personal else max(1, self.cfg.rollout_workers))
             self.sample_q = asyncio.Queue(size)
+            # at most this many turns between generation and training, so samples stay within max_staleness
+            # versions (async only: sync mode runs the phases in turn)
+            self._in_flight = None if self.cfg.sync else asyncio.Semaphore(self._in_flight_limit())
             self._served = asyncio.Event()  # the trainer's weights are serving (resume: the checkpoint's)
             if resume_from is None:
                 self._served.set()
@@ -451,6 +475,9 @@ class Pipeline:
             kwargs.setdefault("max_turns", self.cfg.max_turns)
         return kwargs
 
+    def _in_flight_limit(self) -> int:
+        return self.cfg.samples_per_step * self.cfg.in_flight_batches
+
     def _pool_size(self) -> int:
         per_worker = 1 if self.personal else self.cfg.group_size
         return self.cfg.rollout_workers * per_worker
@@ -485,7 +512,9 @@ class Pipeline:
     async def _play(self, emit: Callable[[TurnRecord], Awaitable[None]], *, group: str = "", options=None) -> int:
         """One episode through the pool; each turn goes to ``emit``. Returns the number of turns."""
         seed = self._next_seed()
-        agent = _StreamingAgent(self.policy, self.sampling, group_id=group or f"ep{self.attempt}-{seed}", emit=emit)
+        agent = _StreamingAgent(
+            self.policy, self.sampling, group_id=group or f"ep{self.attempt}-{seed}", emit=emit, gate=self._in_flight
+        )
         result = await self.pool.run_episode(agent, seed=seed, options=options)
         if agent.error is not None:
             if isinstance(agent.error, PolicyDown):
@@ -544,8 +573,15 @@ class Pipeline:
             except PolicyDown as err:  # the teacher prefill found the policy dead
                 self.request_stop("policy_failed", str(err))
                 return
+            turns = sum(len(ep) for ep in item) if isinstance(item, list) else 1
+            self._free(turns - len(samples))  # masked turns leave the in-flight budget now
             for sample in samples:
                 await self.sample_q.put(sample)
+
+    def _free(self, n: int) -> None:
+        if self._in_flight is not None:
+            for _ in range(max(0, n)):
+                self._in_flight.release()
 
     def _judge(self, item: TurnRecord | list[list[TurnRecord]]) -> Awaitable[list[TrainSample]]:
         return self.samples.group(item) if isinstance(item, list) else self.samples.personal(item)
@@ -655,10 +691,10 @@ class Pipeline:
             )
         to_disk = None if self.cfg.policy == "inprocess" else self.out / "weights"
         callbacks = [WeightPublisher(self._publish, to_disk=to_disk), _glue_callback(self)]
+        feed = _SampleFeed(self.sample_q, self._loop, self._closed, on_take=lambda: self._free(1))
         return ClawTrainer(
-            model, args, source=_SampleFeed(self.sample_q, self._loop, self._closed), processing_class=tokenizer,
-            peft_config=peft_config, callbacks=callbacks,
-        )  # fmt: skip
+            model, args, source=feed, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks
+        )
 
     def _publish(self, weights: Any, version: int) -> None:
         try:

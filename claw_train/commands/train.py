@@ -26,7 +26,7 @@ app = typer.Typer(add_completion=False, help="Learn online from next-state signa
 
 FAMILIES = ("conversation", "terminal", "swe", "toolcall", "gui", "echo")
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    "conversation": {"method": "combined", "max_new_tokens": 160, "eval_every": 4},
+    "conversation": {"method": "combined", "max_new_tokens": 96, "rollout_workers": 8, "eval_every": 4},
     "toolcall": {"method": "combined", "max_new_tokens": 256, "max_turns": 4, "group_size": 4, "eval_every": 0},
     "echo": {"method": "combined", "max_new_tokens": 48, "group_size": 4, "eval_every": 0},
 }
