@@ -575,8 +575,17 @@ class Pipeline:
                 return
             turns = sum(len(ep) for ep in item) if isinstance(item, list) else 1
             self._free(turns - len(samples))  # masked turns leave the in-flight budget now
+            self._warn_if_starved()
             for sample in samples:
                 await self.sample_q.put(sample)
+
+    def _warn_if_starved(self) -> None:
+        """Say so when many turns in a row were masked: training waits for signal, it has not hung."""
+        snap = self.stats.snapshot()
+        masked, samples = snap["counts"].get("masked", 0), snap["counts"].get("samples", 0)
+        if samples == 0 and masked in (100, 1000, 10000):
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(snap["masked"].items()))
+            self.say(f"no trainable sample yet after {masked} turns (masked: {reasons}); training waits for signal")
 
     def _free(self, n: int) -> None:
         if self._in_flight is not None:

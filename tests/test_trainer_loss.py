@@ -318,6 +318,11 @@ def test_config_defaults_and_presets(tmp_path):
     tiny = ClawConfig.for_model("tiny", tmp_path, report_to="none", per_device_train_batch_size=4)
     assert tiny.learning_rate != cfg.learning_rate
     assert tiny.gradient_accumulation_steps == 4 and tiny.steps_per_generation == 4
+    for hidden, preset_lr in ((128, tiny.learning_rate), (2560, 1e-5)):  # a local model: preset by its width
+        model_dir = tmp_path / f"model-{hidden}"
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(f'{{"model_type": "qwen3", "hidden_size": {hidden}}}')
+        assert ClawConfig.for_model(model_dir, tmp_path, report_to="none").learning_rate == preset_lr
     with pytest.raises(ValueError, match="method"):
         ClawConfig.for_model("tiny", tmp_path, method="ppo", report_to="none")
     with pytest.raises(ValueError, match="multiple"):
