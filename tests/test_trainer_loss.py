@@ -89,10 +89,10 @@ def make_sample(i: int, rng: random.Random, *, advantages=None, logprobs=None, v
 
 
 def make_trainer(tmp_path, model, tokenizer, source, **overrides):
+    callbacks = overrides.pop("callbacks", None)
     values = {"max_steps": 1, "report_to": "none", "save_strategy": "no", "samples_per_step": 4}
     values["per_device_train_batch_size"] = overrides.pop("per_device_train_batch_size", 4)
     args = ClawConfig.for_model("tiny", tmp_path / "out", **(values | overrides))
-    callbacks = overrides.pop("callbacks", None)
     return ClawTrainer(model, args, source=source, processing_class=tokenizer, callbacks=callbacks)
 
 
@@ -327,3 +327,25 @@ def test_config_defaults_and_presets(tmp_path):
         ClawConfig.for_model("tiny", tmp_path, method="ppo", report_to="none")
     with pytest.raises(ValueError, match="multiple"):
         ClawConfig.for_model("tiny", tmp_path, per_device_train_batch_size=5, report_to="none")
+
+
+@pytest.mark.timeout(60)
+def test_weights_published_to_disk_for_remote_servers(tmp_path, tokenizer):
+    """With a remote policy (SGLang) the publisher saves a Hugging Face model directory per version."""
+    from transformers import AutoModelForCausalLM
+
+    model = tiny_model()
+    rng = random.Random(7)
+    source = QueueSource()
+    for i in range(4):
+        source.put(make_sample(i, rng))
+    published: list[tuple[object, int]] = []
+    publisher = WeightPublisher(lambda w, v: published.append((w, v)), to_disk=tmp_path / "weights")
+    trainer = make_trainer(tmp_path, model, tokenizer, source, callbacks=[publisher])
+    trainer.train()
+    assert [v for _, v in published] == [0, 1]
+    path = published[-1][0]
+    assert path == tmp_path / "weights" / "v1"
+    reloaded = AutoModelForCausalLM.from_pretrained(path)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
