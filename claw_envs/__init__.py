@@ -21,6 +21,7 @@ from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource
 register("claw/Echo-v0", "claw_envs.echo:EchoEnv")
 register("claw/Conversation-v0", "claw_envs.conversation:ConversationEnv")
 register("claw/ToolCall-v0", "claw_envs.toolcall:ToolCallEnv")
+register("claw/Terminal-v0", "claw_envs.terminal:TerminalEnv")
 load_plugins()
 
 __all__ = [

@@ -4,6 +4,7 @@ Examples::
 
     claw-train --env conversation --updates 16                 # tiny model, CPU, student persona, combined
     claw-train --env toolcall --method binary --updates 2
+    claw-train --env terminal --updates 2
     claw-train --env conversation --model Qwen/Qwen3-4B --policy sglang://10.0.0.5:30000 \\
         --judge openai://10.0.0.6:8000 --lora --updates 200
 
@@ -28,10 +29,11 @@ FAMILIES = ("conversation", "terminal", "swe", "toolcall", "gui", "echo")
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "conversation": {"method": "combined", "max_new_tokens": 96, "rollout_workers": 8, "eval_every": 4},
     "toolcall": {"method": "combined", "max_new_tokens": 256, "max_turns": 4, "group_size": 4, "eval_every": 0},
+    "terminal": {"method": "combined", "max_new_tokens": 128, "max_turns": 6, "group_size": 4, "eval_every": 0},
     "echo": {"method": "combined", "max_new_tokens": 48, "group_size": 4, "eval_every": 0},
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"method": "combined", "eval_every": 0}
-ISSUE_FOR = {"terminal": "the terminal env issue", "swe": "the SWE env issue", "gui": "the GUI env issue"}
+ISSUE_FOR = {"swe": "the SWE env issue", "gui": "the GUI env issue"}
 
 
 def _load_config_file(path: Path | None) -> dict[str, Any]:

@@ -1,0 +1,343 @@
+"""``claw/Terminal-v0``: do a small job in a Linux shell, one command per turn, then say you are done.
+
+Each turn the model either runs ONE command — a call of the ``bash`` tool (Hermes ``<tool_call>`` or OpenAI
+``tool_calls``) or a single fenced ```bash block — or replies in words with no command, which means "done".
+The task's check (a shell command, exit 0 = solved) then runs in the sandbox and ends the episode; it also
+runs when ``max_turns`` (8) turns are used up.
+
+Step signals (``info["next_state"]``):
+
+* Command turn: ``role="tool"``, the text is stdout, stderr (head and tail when long) and ``returncode=N``;
+  ``evaluative`` is +0.5 for exit 0, 0 for exit 0 with output cut, -1 for a non-zero exit or a timeout
+  (see :mod:`.signals`); ``directive`` quotes the error line and says what it means.
+* Final turn: ``role="environment"``, the check's verdict; ``outcome`` is 1.0 (solved) or 0.0, ``reward`` the
+  same; ``evaluative`` is +1 if solved and -1 if not (claiming to be done when the task is not); tags
+  ``tests=1/1`` or ``tests=0/1``.
+* A turn the env cannot act on (malformed or unknown tool call, two commands, an empty turn): -1 with a
+  directive, nothing runs, the episode goes on.
+* Turn limit: the last command's next state also carries the check's tags and ``outcome``.
+
+Each episode gets a fresh sandbox (``claw_envs.sandbox``, ``local`` bubblewrap by default, ``docker`` when
+asked) whose working directory holds the task's files; a sandbox that fails is an infrastructure failure
+(``info["status"] == "sandbox_failure"``), never the agent's fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from claw_envs.core import ClawEnv, Evaluative, InfraFailure, Message, NextState, Opening, StepStatus, Transition
+from claw_envs.sandbox import ExecResult, Sandbox, SandboxError, make_sandbox
+from claw_envs.tasks import Task, TaskSource
+from claw_envs.terminal.actions import BASH_TOOL, Turn, fenced_text, read_turn, tool_call_text
+from claw_envs.terminal.signals import report
+from claw_envs.terminal.tasks import builtin_tasks, load_tasks, validate
+from claw_envs.toolcall.tools import cap_text
+
+SYSTEM_PROMPT = """\
+You are working in a Linux shell. Your current directory is the task's working directory; only it and \
+/tmp can be written, and there is no network.
+
+Run one command per turn, either as a tool call:
+<tool_call>{{"name": "bash", "arguments": {{"command": "ls -la"}}}}</tool_call>
+or as a fenced block:
+```bash
+ls -la
+```
+You will see its output and exit status (each command has a {timeout:g}-second limit). You have {turns} turns.
+When the task is done, reply in words with no command; the result is then checked.
+
+Available tools (JSON schema):
+{tools}"""
+
+DEMO_FINALS = (
+    "Done.",
+    "The task is done.",
+    "Finished: the files are in place.",
+    "That completes the task.",
+    "All done, the result is ready.",
+)
+
+
+class TerminalEnv(ClawEnv):
+    """Shell tasks checked by a command; see the module docstring for the signals.
+
+    ``tasks`` or ``task_file`` (a JSONL file, fields in :mod:`.tasks`) replace the built-in tasks.
+    ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``command_timeout`` limits
+    each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees of an output.
+    """
+
+    family = "terminal"
+    default_max_turns = 8
+
+    def __init__(
+        self,
+        tasks: TaskSource | None = None,
+        *,
+        split: str = "train",
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+        task_file: str | None = None,
+        sandbox: str = "local",
+        sandbox_options: Mapping[str, Any] | None = None,
+        command_timeout: float = 10.0,
+        check_timeout: float = 30.0,
+        max_output_chars: int = 2000,
+    ):
+        if tasks is None and task_file is not None:
+            tasks = load_tasks(task_file, split=split)
+        super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
+        self.sandbox_kind = sandbox
+        self.sandbox_options = {"network": False, **(sandbox_options or {})}
+        self.command_timeout = command_timeout
+        self.check_timeout = check_timeout
+        self.max_output_chars = max_output_chars
+        self._sandbox: Sandbox | None = None
+        self._commands = 0
+
+    @classmethod
+    def default_tasks(cls, split: str = "train") -> TaskSource:
+        return builtin_tasks(split)
+
+    # -- episode -----------------------------------------------------------------------------
+
+    def opening_messages(self, task: Task) -> list[Message]:
+        """The system prompt (how to run commands, the tool schema) and the instruction."""
+        system = SYSTEM_PROMPT.format(
+            timeout=self.command_timeout, turns=self.max_turns, tools=json.dumps([BASH_TOOL], ensure_ascii=False)
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": str(task.data["instruction"])}]
+
+    async def _begin(self, task: Task) -> Opening:
+        problem = validate(task.data)
+        if problem:
+            raise ValueError(f"task {task.id!r}: {problem}")
+        self._close_sandbox()
+        self._commands = 0
+        messages = self.opening_messages(task)
+        return Opening(
+            observation=messages[-1]["content"], messages=messages, info={"tools": [copy.deepcopy(BASH_TOOL)]}
+        )
+
+    async def _act(self, action: str) -> Transition:
+        turn = read_turn(action, id_prefix=f"call_{self.step_index}_")
+        if turn.kind == "final":
+            return await self._final_turn(action)
+        if turn.kind == "problem":
+            tr = self._problem_turn(action, turn)
+        else:
+            tr = await self._command_turn(action, turn)
+        if self.step_index >= self.max_turns:  # the base class truncates here: the check decides the outcome
+            await self._add_check(tr)
+        return tr
+
+    async def _command_turn(self, action: str, turn: Turn) -> Transition:
+        result = await self._exec(turn.command, self.command_timeout)
+        self._commands += 1
+        rep = report(result, timeout=self.command_timeout, max_chars=self.max_output_chars)
+        ns = NextState(
+            text=rep.text,
+            role="tool",
+            evaluative=rep.evaluative,
+            directive=rep.directive,
+            judge_inputs=self._judge_inputs(action, rep.text),
+        )
+        # The base class appended the raw assistant text just before _act; tool calls are stored in OpenAI form.
+        self.messages[-1] = assistant_message(turn, action)
+        return Transition(observation=rep.text, next_state=ns, messages=[reply_message(turn, rep.text)])
+
+    def _problem_turn(self, action: str, turn: Turn) -> Transition:
+        text = f"Error: {turn.problem}. Nothing was run."
+        ns = NextState(
+            text=text,
+            role="environment",
+            evaluative=Evaluative(-1.0, (turn.tag,)),
+            directive=f"Fix the turn: {turn.problem}.",
+            judge_inputs=self._judge_inputs(action, text),
+        )
+        return Transition(observation=text, next_state=ns)
+
+    async def _final_turn(self, action: str) -> Transition:
+        solved, detail = await self._check()
+        if solved:
+            text, directive = "Check passed: the task is done.", None
+        else:
+            text = "Check failed: the task is not done." + (f"\n{detail}" if detail else "")
+            directive = (
+                "The task was not done when you said so: look at the result (cat the file, run the script) "
+                "and compare it with the instruction before saying you are done."
+            )
+        ns = NextState(
+            text=text,
+            role="environment",
+            evaluative=Evaluative(1.0 if solved else -1.0, (f"tests={int(solved)}/1",)),
+            directive=directive,
+            outcome=float(solved),
+            judge_inputs=self._judge_inputs(action, text),
+        )
+        self._close_sandbox()
+        return Transition(observation=text, next_state=ns, reward=float(solved), terminated=True)
+
+    async def _add_check(self, tr: Transition) -> None:
+        """Record the check's verdict on the last turn's next state (the turn limit ends the episode)."""
+        solved, _ = await self._check()
+        self._close_sandbox()
+        ns = tr.next_state
+        tags = (*ns.evaluative.tags, f"tests={int(solved)}/1")
+        verdict = "passed" if solved else "failed: the task is not done"
+        tr.next_state = NextState(
+            text=ns.text,
+            role=ns.role,
+            evaluative=Evaluative(ns.evaluative.score, tags),
+            directive=ns.directive,
+            outcome=float(solved),
+            judge_inputs=ns.judge_inputs,
+        )
+        tr.info["check"] = f"turn limit reached; check {verdict}"
+        tr.reward = float(solved)
+
+    async def _check(self) -> tuple[bool, str]:
+        """Whether the task's check passes, and what it printed (capped)."""
+        result = await self._exec(str(self.task.data["check"]), self.check_timeout)
+        printed = (result.stdout + result.stderr).strip()
+        if result.timed_out:
+            printed = f"the check did not finish within {self.check_timeout:g} s"
+        return result.ok, cap_text(printed, self.max_output_chars // 2)[0]
+
+    # -- the sandbox -------------------------------------------------------------------------
+
+    async def _exec(self, command: str, timeout: float) -> ExecResult:
+        sandbox = await self._ensure_sandbox()
+        try:
+            return await asyncio.wait_for(sandbox.arun(command, timeout=timeout), timeout=timeout + 30.0)
+        except SandboxError as err:
+            self._close_sandbox()
+            raise InfraFailure(f"the sandbox failed: {err}", StepStatus.SANDBOX_FAILURE) from err
+        except TimeoutError as err:
+            self._close_sandbox()
+            raise InfraFailure("the sandbox did not return", StepStatus.SANDBOX_FAILURE) from err
+
+    async def _ensure_sandbox(self) -> Sandbox:
+        """The episode's sandbox, made on first use with the task's files and setup in its working directory."""
+        if self._sandbox is not None:
+            return self._sandbox
+        try:
+            sandbox = await asyncio.to_thread(make_sandbox, self.sandbox_kind, **self.sandbox_options)
+        except (SandboxError, OSError) as err:
+            raise InfraFailure(f"cannot start the sandbox: {err}", StepStatus.SANDBOX_FAILURE) from err
+        self._sandbox = sandbox
+        try:
+            for path, content in dict(self.task.data.get("files", {})).items():
+                await asyncio.to_thread(sandbox.write_file, path, content)
+            setup = self.task.data.get("setup")
+            done = await sandbox.arun(setup, timeout=self.check_timeout) if setup else None
+        except (SandboxError, OSError, ValueError) as err:
+            self._close_sandbox()
+            raise InfraFailure(f"cannot prepare the task's files: {err}", StepStatus.SANDBOX_FAILURE) from err
+        if done is not None and not done.ok:
+            self._close_sandbox()
+            raise InfraFailure(f"the task's setup failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+        return sandbox
+
+    def _close_sandbox(self) -> None:
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            sandbox.close()
+
+    async def aclose(self) -> None:
+        self._close_sandbox()
+
+    # -- judge inputs ------------------------------------------------------------------------
+
+    def _judge_inputs(self, action: str, result: str) -> dict[str, Any]:
+        """What ``prompts/prm_terminal.jinja`` needs: task, history (earlier steps), action, result."""
+        earlier = [m for m in self.messages[:-1] if m["role"] != "system"][1:]
+        history = "\n".join(f"{m['role']}: {_clip(str(m.get('content') or m.get('tool_calls')), 300)}" for m in earlier)
+        return {
+            "task": str(self.task.data["instruction"]) if self.task else "",
+            "history": history[-3000:],
+            "action": action,
+            "result": result,
+        }
+
+    # -- scripted agents and bootstrapping ---------------------------------------------------
+
+    def reference_action(self) -> str | None:
+        """The task's next solution command (as a bash tool call), then a final message."""
+        if self.task is None:
+            return None
+        solution = list(self.task.data.get("solution", []))
+        if self._commands < len(solution):
+            return tool_call_text(solution[self._commands])
+        return "The task is done."
+
+    def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
+        """Solution turns on built-in training tasks: commands (tool calls or ```bash blocks) and final messages.
+
+        Each task's solution is run once in a sandbox (per process) so the outputs in the history are real.
+        """
+        rng = np.random.default_rng(seed)
+        runs = _solution_runs(self.sandbox_kind, json.dumps(self.sandbox_options, sort_keys=True))
+        demos = []
+        for _ in range(n):
+            task_id, steps = runs[int(rng.integers(len(runs)))]
+            style = "tool" if rng.random() < 0.5 else "fenced"
+            upto = int(rng.integers(len(steps) + 1))
+            messages = self.opening_messages(builtin_tasks("train").get(task_id))
+            for k, (command, output) in enumerate(steps[:upto], 1):
+                action = _action_text(command, style)
+                turn = read_turn(action, id_prefix=f"call_{k}_")
+                messages += [assistant_message(turn, action), reply_message(turn, output)]
+            if upto < len(steps):
+                completion = _action_text(steps[upto][0], style)
+            else:
+                completion = DEMO_FINALS[int(rng.integers(len(DEMO_FINALS)))]
+            demos.append({"messages": messages, "completion": completion})
+        return demos
+
+
+def assistant_message(turn: Turn, action: str) -> Message:
+    """The assistant turn as stored in the history: OpenAI ``tool_calls`` for a tool call, else the raw text."""
+    if turn.call is None:
+        return {"role": "assistant", "content": action}
+    return {"role": "assistant", "content": turn.prose, "tool_calls": [turn.call.to_openai()]}
+
+
+def reply_message(turn: Turn, text: str) -> Message:
+    """The reply to a command: a ``tool`` message for a tool call, a ``user`` message for a ```bash block."""
+    if turn.call is None:
+        return {"role": "user", "content": text}
+    return {"role": "tool", "tool_call_id": turn.call.id, "name": "bash", "content": text}
+
+
+def _action_text(command: str, style: str) -> str:
+    return tool_call_text(command) if style == "tool" else fenced_text(command)
+
+
+@functools.cache
+def _solution_runs(sandbox_kind: str, options_json: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """``(task id, ((command, output text), ...))`` for every built-in training task, from real runs."""
+    env = TerminalEnv(split="train", sandbox=sandbox_kind, sandbox_options=json.loads(options_json))
+    runs = []
+    try:
+        for task in env.tasks:
+            env.reset(options={"task_id": task.id})
+            steps = []
+            for command in task.data.get("solution", []):
+                obs, *_ = env.step(tool_call_text(command))
+                steps.append((command, obs))
+            runs.append((task.id, tuple(steps)))
+    finally:
+        env.close()
+    return tuple(runs)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

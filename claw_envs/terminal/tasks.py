@@ -1,0 +1,239 @@
+"""Terminal tasks: an instruction, files to start from, and a shell check that says whether it is done.
+
+A task's ``data`` has these fields (the same in built-in tasks and JSONL files):
+
+* ``instruction`` (str, required): what the agent is asked to do, in the working directory.
+* ``check`` (str, required): a shell command run in the working directory at the end; exit 0 = solved.
+* ``files`` (object, optional): path (relative to the working directory) → text content, written first.
+* ``setup`` (str, optional): a shell command run after the files are written (``chmod``, ``tar``, …).
+* ``solution`` (list of str, optional): commands that solve the task, one per turn (scripted agents,
+  demonstrations).
+
+A JSONL row may also carry ``id``; without one the id is ``<file stem>-<row index>``. Built-in tasks are
+split into train and test by a hash of their id, so a task never moves between splits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from claw_envs.tasks import Task, TaskList, load_jsonl
+
+REQUIRED = {"instruction": str, "check": str}
+OPTIONAL = {"files": dict, "setup": str, "solution": list}
+TEST_SHARE = 4  # about one built-in task in four is held out
+
+_LOG = (
+    "2026-03-01 10:00:01 INFO server started\n"
+    "2026-03-01 10:00:07 ERROR cannot open /data/cache.db\n"
+    "2026-03-01 10:01:12 INFO request /index.html 200\n"
+    "2026-03-01 10:02:45 WARN slow request /search 1450ms\n"
+    "2026-03-01 10:03:02 ERROR timeout talking to db after 30s\n"
+    "2026-03-01 10:03:09 INFO request /about.html 200\n"
+    "2026-03-01 10:04:55 ERROR disk quota exceeded\n"
+)
+
+BUILTIN: dict[str, dict[str, Any]] = {
+    "greeting-file": {
+        "instruction": "Create a file named greeting.txt whose only line is: hello, world",
+        "check": '[ "$(cat greeting.txt)" = "hello, world" ]',
+        "solution": ["echo 'hello, world' > greeting.txt"],
+    },
+    "project-dirs": {
+        "instruction": "Create the directories project/src, project/tests and project/docs.",
+        "check": "test -d project/src && test -d project/tests && test -d project/docs",
+        "solution": ["mkdir -p project/src project/tests project/docs"],
+    },
+    "count-lines": {
+        "instruction": "Count the lines of notes.txt and write just that number into count.txt.",
+        "files": {"notes.txt": "buy milk\ncall Ana\nfix the bike\nwater plants\nread chapter 4\npay rent\nsleep\n"},
+        "check": '[ "$(tr -d " \\n" < count.txt)" = 7 ]',
+        "solution": ["wc -l notes.txt", "wc -l < notes.txt > count.txt"],
+    },
+    "grep-errors": {
+        "instruction": "Copy every ERROR line of app.log, in order and unchanged, into errors.log.",
+        "files": {"app.log": _LOG},
+        "check": "[ $(wc -l < errors.log) = 3 ] && [ $(grep -c ERROR errors.log) = 3 ]"
+        " && head -1 errors.log | grep -q cache.db",
+        "solution": ["grep -c ERROR app.log", "grep ERROR app.log > errors.log"],
+    },
+    "count-info": {
+        "instruction": "How many lines of app.log are INFO lines? Write the number into info_count.txt.",
+        "files": {"app.log": _LOG},
+        "check": '[ "$(tr -d " \\n" < info_count.txt)" = 3 ]',
+        "solution": ["grep -c ' INFO ' app.log > info_count.txt"],
+    },
+    "sort-unique": {
+        "instruction": "names.txt has repeated names. Write each name once, sorted alphabetically, into unique.txt.",
+        "files": {"names.txt": "mia\nleo\nava\nmia\nben\nleo\nzoe\nava\n"},
+        "check": 'printf "ava\\nben\\nleo\\nmia\\nzoe\\n" | diff - unique.txt',
+        "solution": ["sort -u names.txt > unique.txt"],
+    },
+    "sed-config": {
+        "instruction": "In config.ini, change the line 'debug = true' to 'debug = false' and keep every other line.",
+        "files": {"config.ini": "[server]\nport = 8080\ndebug = true\nworkers = 4\n"},
+        "check": "grep -qx 'debug = false' config.ini && ! grep -q 'debug = true' config.ini"
+        " && grep -qx 'port = 8080' config.ini && grep -qx 'workers = 4' config.ini",
+        "solution": ["cat config.ini", "sed -i 's/^debug = true$/debug = false/' config.ini"],
+    },
+    "awk-sum": {
+        "instruction": "sales.csv has a header and the columns item,qty,price. Write the total qty into total.txt.",
+        "files": {"sales.csv": "item,qty,price\npen,12,1.50\nbook,3,9.99\nbag,5,24.00\nink,20,3.25\n"},
+        "check": '[ "$(tr -d " \\n" < total.txt)" = 40 ]',
+        "solution": ["head -3 sales.csv", "awk -F, 'NR > 1 {s += $2} END {print s}' sales.csv > total.txt"],
+    },
+    "bash-users": {
+        "instruction": "users.txt lists name:uid:shell. Write the names whose shell is /bin/bash, one a line, "
+        "in file order, into bash_users.txt.",
+        "files": {
+            "users.txt": "root:0:/bin/bash\ndaemon:1:/usr/sbin/nologin\nana:1000:/bin/bash\n"
+            "bob:1001:/bin/sh\ncarl:1002:/bin/bash\n"
+        },
+        "check": 'printf "root\\nana\\ncarl\\n" | diff - bash_users.txt',
+        "solution": ["awk -F: '$3 == \"/bin/bash\" {print $1}' users.txt > bash_users.txt"],
+    },
+    "count-python": {
+        "instruction": "How many .py files are there anywhere under src/? Write the number into py_count.txt.",
+        "files": {
+            "src/main.py": "print('hi')\n",
+            "src/util/io.py": "\n",
+            "src/util/notes.txt": "todo\n",
+            "src/tests/test_io.py": "\n",
+            "src/README.md": "# src\n",
+        },
+        "check": '[ "$(tr -d " \\n" < py_count.txt)" = 3 ]',
+        "solution": ["find src -name '*.py'", "find src -name '*.py' | wc -l > py_count.txt"],
+    },
+    "rename-jpeg": {
+        "instruction": "Rename every .jpeg file in photos/ to the same name ending in .jpg instead.",
+        "files": {"photos/beach.jpeg": "b\n", "photos/cat.jpeg": "c\n", "photos/map.png": "m\n"},
+        "check": "test -f photos/beach.jpg && test -f photos/cat.jpg && test -f photos/map.png"
+        " && [ -z \"$(find photos -name '*.jpeg')\" ]",
+        "solution": ["ls photos", 'for f in photos/*.jpeg; do mv "$f" "${f%.jpeg}.jpg"; done'],
+    },
+    "make-executable": {
+        "instruction": "The script hello.sh cannot be run as ./hello.sh. Make it executable.",
+        "files": {"hello.sh": "#!/bin/bash\necho hi\n"},
+        "check": 'test -x hello.sh && [ "$(./hello.sh)" = hi ]',
+        "solution": ["chmod +x hello.sh"],
+    },
+    "private-file": {
+        "instruction": "Set the permissions of secrets.txt so only its owner can read and write it (mode 600).",
+        "files": {"secrets.txt": "api_key=not-a-real-key\n"},
+        "setup": "chmod 644 secrets.txt",
+        "check": '[ "$(stat -c %a secrets.txt)" = 600 ]',
+        "solution": ["chmod 600 secrets.txt"],
+    },
+    "make-tarball": {
+        "instruction": "Pack the directory data/ (with its path) into a gzip-compressed tarball named backup.tar.gz.",
+        "files": {"data/a.txt": "alpha\n", "data/b.txt": "beta\n", "data/sub/c.txt": "gamma\n"},
+        "check": "for f in a b sub/c; do tar tzf backup.tar.gz | grep -qx data/$f.txt || exit 1; done",
+        "solution": ["tar czf backup.tar.gz data"],
+    },
+    "extract-tarball": {
+        "instruction": "Extract bundle.tar into a new directory named restored/.",
+        "files": {"src/readme.txt": "read me first\n", "src/lib/code.sh": "echo code\n"},
+        "setup": "tar cf bundle.tar -C src . && rm -rf src",
+        "check": '[ "$(cat restored/readme.txt)" = "read me first" ] && test -f restored/lib/code.sh',
+        "solution": ["tar tf bundle.tar", "mkdir -p restored && tar xf bundle.tar -C restored"],
+    },
+    "fix-loop-script": {
+        "instruction": "sum.sh should print the sum of 1..5 but fails. Fix it so that `bash sum.sh` prints 15.",
+        "files": {"sum.sh": "#!/bin/bash\ntotal=0\nfor i in 1 2 3 4 5; do\n  total=$((total + i))\ndne\necho $total\n"},
+        "check": '[ "$(bash sum.sh)" = 15 ]',
+        "solution": ["cat sum.sh", "sed -i 's/^dne$/done/' sum.sh", "bash sum.sh"],
+    },
+    "fix-quote-script": {
+        "instruction": "greet.sh should print 'Hello, <name>!' for its first argument but it fails. Fix it so "
+        "that `bash greet.sh Ana` prints: Hello, Ana!",
+        "files": {"greet.sh": '#!/bin/bash\nname=$1\necho "Hello, $name!\n'},
+        "check": '[ "$(bash greet.sh Ana)" = "Hello, Ana!" ]',
+        "solution": ["cat greet.sh", 'sed -i \'s/^echo "Hello, $name!$/echo "Hello, $name!"/\' greet.sh'],
+    },
+    "top-word": {
+        "instruction": "Write the word that occurs most often in words.txt into top.txt.",
+        "files": {"words.txt": "red blue red green\nblue red yellow\nred green\n"},
+        "check": '[ "$(tr -d " \\n" < top.txt)" = red ]',
+        "solution": ["tr -s ' ' '\\n' < words.txt | sort | uniq -c | sort -rn | head -1 | awk '{print $2}' > top.txt"],
+    },
+    "middle-lines": {
+        "instruction": "Write lines 3 to 5 of data.txt (inclusive) into middle.txt.",
+        "files": {"data.txt": "one\ntwo\nthree\nfour\nfive\nsix\nseven\n"},
+        "check": 'printf "three\\nfour\\nfive\\n" | diff - middle.txt',
+        "solution": ["sed -n 3,5p data.txt > middle.txt"],
+    },
+    "square-script": {
+        "instruction": "Write an executable script square.sh that prints the square of its first argument "
+        "(./square.sh 7 prints 49).",
+        "check": 'test -x square.sh && [ "$(./square.sh 7)" = 49 ] && [ "$(./square.sh 12)" = 144 ]',
+        "solution": [
+            "printf '#!/bin/bash\\necho $(( $1 * $1 ))\\n' > square.sh && chmod +x square.sh",
+            "./square.sh 7",
+        ],
+    },
+    "latest-link": {
+        "instruction": "Create a symbolic link named latest that points to releases/v2.",
+        "files": {"releases/v1/app.txt": "v1\n", "releases/v2/app.txt": "v2\n"},
+        "check": '[ "$(readlink latest)" = releases/v2 ] && [ "$(cat latest/app.txt)" = v2 ]',
+        "solution": ["ln -s releases/v2 latest"],
+    },
+    "clean-tmp": {
+        "instruction": "Delete every .tmp file under cache/ (in any subdirectory) and keep all other files.",
+        "files": {
+            "cache/a.tmp": "x\n",
+            "cache/keep.txt": "k\n",
+            "cache/deep/b.tmp": "y\n",
+            "cache/deep/data.bin": "d\n",
+        },
+        "check": "[ -z \"$(find cache -name '*.tmp')\" ] && test -f cache/keep.txt && test -f cache/deep/data.bin",
+        "solution": ["find cache -name '*.tmp' -delete"],
+    },
+    "eng-staff": {
+        "instruction": "staff.csv has the columns name,team. Write the names in team eng, sorted, into eng.txt.",
+        "files": {"staff.csv": "name,team\nzoe,eng\nmia,ops\nleo,eng\nava,eng\nben,ops\n"},
+        "check": 'printf "ava\\nleo\\nzoe\\n" | diff - eng.txt',
+        "solution": ["awk -F, '$2 == \"eng\" {print $1}' staff.csv | sort > eng.txt"],
+    },
+}
+
+
+def split_of(task_id: str) -> str:
+    """``"test"`` for about one built-in task in four (by a hash of its id), else ``"train"``."""
+    return "test" if int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) % TEST_SHARE == 0 else "train"
+
+
+def builtin_tasks(split: str = "train") -> TaskList:
+    """The built-in tasks of ``split`` (``train`` or ``test``)."""
+    if split not in ("train", "test"):
+        raise ValueError(f"the built-in terminal tasks have splits 'train' and 'test', not {split!r}")
+    return TaskList([Task(tid, split, data) for tid, data in BUILTIN.items() if split_of(tid) == split], split)
+
+
+def load_tasks(path: str | Path, *, split: str = "test") -> TaskList:
+    """Tasks from a JSONL file (fields in the module docstring); a bad row raises ``ValueError`` naming it."""
+    tasks = load_jsonl(path, split=split, id_field="id")
+    for row, task in enumerate(tasks, 1):
+        problem = validate(task.data)
+        if problem:
+            raise ValueError(f"{path}: task {task.id!r} (row {row}): {problem}")
+    return tasks
+
+
+def validate(data: Mapping[str, Any]) -> str | None:
+    """What is wrong with a task's fields, or ``None``."""
+    for name, kind in REQUIRED.items():
+        if name not in data:
+            return f"missing the required field {name!r} (required: {', '.join(REQUIRED)})"
+        if not isinstance(data[name], kind) or not data[name].strip():
+            return f"the field {name!r} must be a non-empty string"
+    for name, kind in OPTIONAL.items():
+        if name in data and not isinstance(data[name], kind):
+            return f"the field {name!r} must be a {'JSON object' if kind is dict else kind.__name__}"
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in data.get("files", {}).items()):
+        return "'files' must map paths to text"
+    if not all(isinstance(c, str) for c in data.get("solution", [])):
+        return "'solution' must be a list of commands (strings)"
+    return None
