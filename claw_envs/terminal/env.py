@@ -9,13 +9,16 @@ Step signals (``info["next_state"]``):
 
 * Command turn: ``role="tool"``, the text is stdout, stderr (head and tail when long) and ``returncode=N``;
   ``evaluative`` is +0.5 for exit 0, 0 for exit 0 with output cut, -1 for a non-zero exit or a timeout
-  (see :mod:`.signals`); ``directive`` quotes the error line and says what it means.
+  (see :mod:`.signals`); ``directive`` quotes the error line and says what it means. In ``info["messages"]``
+  a tool call is stored in OpenAI form and answered by a ``tool`` message; a ```bash block stays as written
+  and is answered by a ``user`` message.
 * Final turn: ``role="environment"``, the check's verdict; ``outcome`` is 1.0 (solved) or 0.0, ``reward`` the
   same; ``evaluative`` is +1 if solved and -1 if not (claiming to be done when the task is not); tags
   ``tests=1/1`` or ``tests=0/1``.
 * A turn the env cannot act on (malformed or unknown tool call, two commands, an empty turn): -1 with a
   directive, nothing runs, the episode goes on.
-* Turn limit: the last command's next state also carries the check's tags and ``outcome``.
+* Turn limit: the last turn's next state also carries the check's ``tests=`` tag and ``outcome`` (``reward``
+  the same), and ``info["check"]`` says how the check went.
 
 Each episode gets a fresh sandbox (``claw_envs.sandbox``, ``local`` bubblewrap by default, ``docker`` when
 asked) whose working directory holds the task's files; a sandbox that fails is an infrastructure failure
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping
@@ -190,17 +194,9 @@ class TerminalEnv(ClawEnv):
         solved, _ = await self._check()
         self._close_sandbox()
         ns = tr.next_state
-        tags = (*ns.evaluative.tags, f"tests={int(solved)}/1")
-        verdict = "passed" if solved else "failed: the task is not done"
-        tr.next_state = NextState(
-            text=ns.text,
-            role=ns.role,
-            evaluative=Evaluative(ns.evaluative.score, tags),
-            directive=ns.directive,
-            outcome=float(solved),
-            judge_inputs=ns.judge_inputs,
-        )
-        tr.info["check"] = f"turn limit reached; check {verdict}"
+        evaluative = Evaluative(ns.evaluative.score, (*ns.evaluative.tags, f"tests={int(solved)}/1"))
+        tr.next_state = dataclasses.replace(ns, evaluative=evaluative, outcome=float(solved))
+        tr.info["check"] = f"turn limit reached; check {'passed' if solved else 'failed'}"
         tr.reward = float(solved)
 
     async def _check(self) -> tuple[bool, str]:
@@ -284,13 +280,14 @@ class TerminalEnv(ClawEnv):
         Each task's solution is run once in a sandbox (per process) so the outputs in the history are real.
         """
         rng = np.random.default_rng(seed)
+        train = builtin_tasks("train")
         runs = _solution_runs(self.sandbox_kind, json.dumps(self.sandbox_options, sort_keys=True))
         demos = []
         for _ in range(n):
             task_id, steps = runs[int(rng.integers(len(runs)))]
             style = "tool" if rng.random() < 0.5 else "fenced"
             upto = int(rng.integers(len(steps) + 1))
-            messages = self.opening_messages(builtin_tasks("train").get(task_id))
+            messages = self.opening_messages(train.get(task_id))
             for k, (command, output) in enumerate(steps[:upto], 1):
                 action = _action_text(command, style)
                 turn = read_turn(action, id_prefix=f"call_{k}_")
