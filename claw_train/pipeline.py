@@ -623,10 +623,32 @@ class Pipeline:
             pending += [s for batch in judged for s in batch]
             while len(pending) >= self.cfg.samples_per_step and not self._closed.is_set():
                 step = self.trainer_step()
+                pending = self._drop_untrainable(pending, step)
+                if len(pending) < self.cfg.samples_per_step:
+                    break
                 for s in pending[: self.cfg.samples_per_step]:
                     await self.sample_q.put(s)
                 pending = pending[self.cfg.samples_per_step :]
                 await self._wait_step(step + 1)
+
+    def _drop_untrainable(self, pending: list[TrainSample], step: int) -> list[TrainSample]:
+        """The samples the trainer will take at ``step``, counting the rest where the trainer counts its own drops.
+
+        Sync mode hands the trainer exactly one batch and waits for the step; a sample it would drop (too
+        stale after the previous batches of a long round, or malformed) would leave it waiting forever.
+        """
+        from claw_train.trainer import sample_problem
+
+        keep = []
+        for s in pending:
+            if self.trainer.is_stale(s, step):
+                self.trainer.count("stale_dropped")
+            elif problem := sample_problem(s):
+                self.trainer.count("invalid_dropped")
+                self.trainer.invalid_reasons.append(problem)
+            else:
+                keep.append(s)
+        return keep
 
     def trainer_step(self) -> int:
         return self.trainer.state.global_step if self.trainer is not None else 0

@@ -214,7 +214,7 @@ class ClawTrainer(GRPOTrainer):
             sample = self.source.get()
             if sample is None:
                 raise FeedClosed("the sample source closed")
-            if version - sample.turn.policy_version > self.args.max_staleness:
+            if self.is_stale(sample, version):
                 stale.append(sample)
             elif problem := sample_problem(sample):
                 invalid.append(sample)
@@ -222,6 +222,11 @@ class ClawTrainer(GRPOTrainer):
             else:
                 samples.append(sample)
         return samples, stale, invalid
+
+    def is_stale(self, sample: TrainSample, version: int | None = None) -> bool:
+        """Whether ``sample`` is more than ``max_staleness`` versions behind ``version`` (default: now)."""
+        version = self.state.global_step if version is None else version
+        return version - sample.turn.policy_version > self.args.max_staleness
 
     def _record_batch_metrics(self, samples: Sequence[TrainSample], stale: int, invalid: int) -> None:
         version = self.state.global_step

@@ -118,6 +118,23 @@ def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
     assert result.counters["trainer"]["trained"] == 32
 
 
+def test_sync_round_longer_than_staleness_does_not_stall(models, tmp_path):
+    """A sync round (8 conversations of up to 8 turns) yields several batches at one policy version; with
+    max_staleness 0 every batch after the first is stale once the first is trained. The driver must drop
+    those itself (counted as the trainer's stale drops) and roll out again — not hand them to a trainer
+    that drops them and waits forever for the rest of its batch."""
+    out = tmp_path / "sync"
+    cfg = PipelineConfig(
+        env="conversation", model=models("conversation"), updates=3, output_dir=out, eval_every=0, sync=True,
+        max_staleness=0, samples_per_step=4, rollout_workers=2, **FAST,
+    )  # fmt: skip
+    result = asyncio.run(asyncio.wait_for(Pipeline(cfg).run(), 180))
+    assert result.status == "done", result.message
+    entries = check_ledger(out, 3, samples_per_step=4)
+    assert all(len(set(e["versions"])) == 1 and e["versions"][0] == e["update"] - 1 for e in entries)
+    assert result.counters["trainer"]["stale_dropped"] > 0 and result.counters["trainer"]["trained"] == 12
+
+
 def test_resume_after_kill_trains_no_sample_twice(models, tmp_path):
     out = tmp_path / "run"
     args = [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "4",
