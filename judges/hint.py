@@ -9,14 +9,13 @@ from typing import Any
 from claw_envs.core import NextState
 from judges.backends.base import JudgeBackend
 from judges.base import HintResult, Vote
-from judges.metrics import JudgeMetrics
 from judges.parse import MIN_HINT_CHARS, extract_hint, parse_score
-from judges.votes import draw_votes, keep_text
+from judges.votes import VotingJudge, keep_text
 
 MAX_HINT_CHARS = 1200
 
 
-class HintJudge:
+class HintJudge(VotingJudge):
     """``votes`` concurrent samples; a vote is accepted when it says ``\\boxed{1}`` and carries a hint of
     more than ``min_hint_chars`` (and at most ``max_hint_chars``) characters in ``[HINT_START]…[HINT_END]``.
     The longest accepted hint wins; none accepted means no hint (no OPD sample).
@@ -24,35 +23,20 @@ class HintJudge:
     An accepted vote has ``hint`` set; a rejected one has ``hint=None``.
     """
 
+    kind = "hint"
+
     def __init__(
         self,
         backend: JudgeBackend,
         prompt_template: str | None,
         *,
-        votes: int = 3,
-        temperature: float = 0.6,
-        max_tokens: int = 1024,
         min_hint_chars: int = MIN_HINT_CHARS,
         max_hint_chars: int = MAX_HINT_CHARS,
-        deadline: float | None = None,
+        **options: Any,
     ):
-        if votes < 1:
-            raise ValueError(f"a judge needs at least one vote, got votes={votes}")
-        if backend.uses_prompt and prompt_template is None:
-            raise ValueError(f"the {backend.name} judge needs a prompt template")
-        self.backend = backend
-        self.prompt_template = prompt_template
-        self.votes = votes
-        self.temperature = temperature
-        self.max_tokens = max_tokens
+        super().__init__(backend, prompt_template, **options)
         self.min_hint_chars = min_hint_chars
         self.max_hint_chars = max_hint_chars
-        self.deadline = deadline if deadline is not None else backend.worst_case_seconds + 1.0
-
-    @property
-    def metrics(self) -> JudgeMetrics:
-        """The backend's counters."""
-        return self.backend.metrics
 
     def read(self, text: str, latency: float) -> Vote:
         """One hint answer as a vote; ``hint`` is set only when the vote is accepted."""
@@ -67,24 +51,10 @@ class HintJudge:
         """The best hint for ``action`` given ``next_state`` (``None`` when no vote was accepted)."""
         start = time.monotonic()
         self.metrics.inc("hint_calls")
-        votes, available = await draw_votes(
-            self.backend,
-            "hint",
-            self.prompt_template,
-            next_state,
-            action,
-            messages,
-            self.read,
-            votes=self.votes,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            deadline=self.deadline,
-        )
+        votes, available = await self._draw(action, next_state, messages)
         accepted = [v.hint for v in votes if v.hint is not None]
         self.metrics.inc("hint_votes_accepted", len(accepted))
         self.metrics.inc("hint_votes_rejected", len(votes) - len(accepted))
         self.metrics.inc("hints_accepted" if accepted else "hints_none")
-        if not available:
-            self.metrics.inc("unavailable")
         best = max(accepted, key=len) if accepted else None
         return HintResult(best, votes, latency=time.monotonic() - start, available=available)

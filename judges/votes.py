@@ -10,6 +10,7 @@ from typing import Any
 from claw_envs.core import NextState
 from judges.backends.base import BackendError, JudgeBackend, JudgeRequest, Kind
 from judges.base import Vote
+from judges.metrics import JudgeMetrics
 from judges.prompts import PromptError, render
 
 MAX_VOTE_TEXT = 16_000  # raw text kept per vote for logs; parsing always sees the whole answer
@@ -92,3 +93,61 @@ async def draw_votes(
         else:
             metrics.inc("votes_valid")
     return result, any(v.error is None for v in result)
+
+
+class VotingJudge:
+    """What the PRM and hint judges share: a backend, a prompt template, and ``votes`` concurrent samples
+    per step under one ``deadline`` (default: the backend's worst case plus a second)."""
+
+    kind: Kind
+
+    def __init__(
+        self,
+        backend: JudgeBackend,
+        prompt_template: str | None,
+        *,
+        votes: int = 3,
+        temperature: float = 0.6,
+        max_tokens: int = 1024,
+        deadline: float | None = None,
+    ):
+        if votes < 1:
+            raise ValueError(f"a judge needs at least one vote, got votes={votes}")
+        if backend.uses_prompt and prompt_template is None:
+            raise ValueError(f"the {backend.name} judge needs a prompt template")
+        self.backend = backend
+        self.prompt_template = prompt_template
+        self.votes = votes
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.deadline = deadline if deadline is not None else backend.worst_case_seconds + 1.0
+
+    @property
+    def metrics(self) -> JudgeMetrics:
+        """The backend's counters."""
+        return self.backend.metrics
+
+    def read(self, text: str, latency: float) -> Vote:
+        """One answer as a vote."""
+        raise NotImplementedError
+
+    async def _draw(
+        self, action: str, next_state: NextState, messages: Sequence[Mapping[str, Any]] | None
+    ) -> tuple[list[Vote], bool]:
+        """This judge's votes on one step (see :func:`draw_votes`); counts an unavailable backend."""
+        votes, available = await draw_votes(
+            self.backend,
+            self.kind,
+            self.prompt_template,
+            next_state,
+            action,
+            messages,
+            self.read,
+            votes=self.votes,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            deadline=self.deadline,
+        )
+        if not available:
+            self.metrics.inc("unavailable")
+        return votes, available
