@@ -365,24 +365,13 @@ class Pipeline:
             self.sample_q = asyncio.Queue(size)
             # at most this many turns between generation and training, so samples stay within max_staleness
             # versions (async only: sync mode runs the phases in turn)
-            self._in_flight = None if self.cfg.sync else asyncio.Semaphore(self._in_flight_limit())
+            self._in_flight = self._make_gate()
             self._served = asyncio.Event()  # the trainer's weights are serving (resume: the checkpoint's)
             if resume_from is None:
                 self._served.set()
             trainer_done: asyncio.Future[tuple[str, str]] = self._loop.create_future()
-            thread = threading.Thread(
-                target=self._trainer_main, args=(resume_from, trainer_done), name="claw-trainer", daemon=True
-            )
-            thread.start()
-            from claw_envs.pool import EnvPool
-
-            self.pool = EnvPool(self.env_id, self._pool_size(), env_kwargs=self._env_kwargs())
-            self.stats.status = "running (sync)" if self.cfg.sync else "running"
-            if self.cfg.sync:
-                tasks.append(asyncio.create_task(self._sync_driver()))
-            else:
-                tasks += [asyncio.create_task(self._rollout_worker(i)) for i in range(self.cfg.rollout_workers)]
-                tasks += [asyncio.create_task(self._judge_worker()) for _ in range(self.cfg.judge_workers)]
+            thread = self._start_trainer(resume_from, trainer_done)
+            tasks += self._start_workers()
             watch = asyncio.ensure_future(_first_failure(tasks))
             done, _ = await asyncio.wait({trainer_done, watch}, return_when=asyncio.FIRST_COMPLETED)
             if watch in done and trainer_done not in done:
@@ -390,7 +379,8 @@ class Pipeline:
                 self.request_stop("error", f"a worker failed: {type(err).__name__}: {err}")
                 await trainer_done
             status, message = trainer_done.result()
-            await asyncio.to_thread(thread.join)
+            if thread is not None:
+                await asyncio.to_thread(thread.join)
         except RunError:
             raise
         except PolicyError as err:
@@ -474,6 +464,27 @@ class Pipeline:
         if self.cfg.max_turns is not None:
             kwargs.setdefault("max_turns", self.cfg.max_turns)
         return kwargs
+
+    def _make_gate(self) -> asyncio.Semaphore | None:
+        """The in-flight budget (async only: sync mode runs the phases in turn)."""
+        return None if self.cfg.sync else asyncio.Semaphore(self._in_flight_limit())
+
+    def _start_trainer(self, resume_from: Path | None, done: asyncio.Future) -> threading.Thread | None:
+        """Start the trainer thread; it resolves ``done`` with ``(status, message)`` when it returns."""
+        thread = threading.Thread(target=self._trainer_main, args=(resume_from, done), name="claw-trainer", daemon=True)
+        thread.start()
+        return thread
+
+    def _start_workers(self) -> list[asyncio.Task]:
+        """The env pool, the rollout workers and the judge workers (or the sync driver)."""
+        from claw_envs.pool import EnvPool
+
+        self.pool = EnvPool(self.env_id, self._pool_size(), env_kwargs=self._env_kwargs())
+        self.stats.status = "running (sync)" if self.cfg.sync else "running"
+        if self.cfg.sync:
+            return [asyncio.create_task(self._sync_driver())]
+        tasks = [asyncio.create_task(self._rollout_worker(i)) for i in range(self.cfg.rollout_workers)]
+        return tasks + [asyncio.create_task(self._judge_worker()) for _ in range(self.cfg.judge_workers)]
 
     def _in_flight_limit(self) -> int:
         return self.cfg.samples_per_step * self.cfg.in_flight_batches

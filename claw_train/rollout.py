@@ -137,6 +137,7 @@ class EpisodeAgent:
         self.turns: list[TurnRecord] = []
         self.task_id = ""
         self._pending: tuple[list[int], list[dict[str, Any]], Completion] | None = None
+        self.last: Completion | None = None  # the newest completion (a server answers with it)
 
     async def __call__(self, obs: Any, info: Mapping[str, Any]) -> str:
         if self.transcript is None:
@@ -149,6 +150,7 @@ class EpisodeAgent:
         completion = await self.policy.generate(prompt_ids, self.sampling)
         self.transcript.add_completion(completion)
         self._pending = (prompt_ids, before, completion)
+        self.last = completion
         return completion.text
 
     @property
