@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -117,6 +118,7 @@ def main(
             f'  point a client at it: OpenAI(base_url="{url}", api_key="x", default_headers={{"X-Session-Id": "me"}})'
         )
         typer.echo(f"  logs and checkpoints: {output_dir}   metrics: {url[:-3]}/metrics   Ctrl-C: checkpoint and exit")
+        sys.stdout.flush()  # a log file or a pipe sees the URL at once
 
     try:
         result = asyncio.run(serve(cfg, on_ready=ready, model_path=model_path, on_message=typer.echo))
