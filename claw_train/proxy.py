@@ -305,8 +305,9 @@ class ServePipeline(Pipeline):
         await self._served.wait()
         self.stats.add("requests")
         if turn_type == "side" or session_id is None:
-            self.stats.add("side_turns" if turn_type == "side" else "one_off_turns")
-            return await self._one_off(req, session_id, turn_type if session_id else "one_off")
+            kind = "side" if turn_type == "side" else "one_off"
+            self.stats.add(f"{kind}_turns")
+            return await self._one_off(req, session_id, kind)
         session = self.sessions.get(session_id)
         if session is None:
             session = self.sessions[session_id] = _Session(session_id)
