@@ -70,6 +70,7 @@ class ServeConfig(PipelineConfig):
     updates: int = 1_000_000
     eval_every: int = 0
     max_new_tokens: int = 256
+    max_staleness: int = 8  # a person may answer only after several updates; the clipped ratio corrects the gap
     host: str = "127.0.0.1"
     port: int = 8000
     train: bool = True

@@ -59,6 +59,9 @@ def main(
     ),
     updates_per_checkpoint: Annotated[int, typer.Option(help="Checkpoint every K updates.")] = 4,
     samples_per_step: Annotated[int, typer.Option(help="Judged turns per optimizer update.")] = 16,
+    max_staleness: Annotated[
+        int, typer.Option(help="Train on a turn at most this many updates after the policy version that wrote it.")
+    ] = 8,
     max_new_tokens: Annotated[int, typer.Option(help="Cap on a reply's tokens (max_tokens is clamped).")] = 256,
     session_timeout: Annotated[
         float, typer.Option(help="Seconds of silence that close a session's last turn (not trained).")
@@ -92,6 +95,7 @@ def main(
             output_dir=output_dir,
             checkpoint_every=updates_per_checkpoint,
             samples_per_step=samples_per_step,
+            max_staleness=max_staleness,
             max_new_tokens=max_new_tokens,
             session_timeout=session_timeout,
             request_timeout=request_timeout,
