@@ -24,7 +24,7 @@ Queues are bounded, so a slow consumer holds its producers back (backpressure) a
 is waited on, never polled. ``sync=True`` runs the same parts one after another (roll out, judge,
 train) for comparison. Bad input: a judge that is down (its steps are masked and counted; training
 goes on with what there is), a policy that dies (retries, then a clear stop with a checkpoint), a NaN
-loss (the step is skipped and logged), Ctrl-C (checkpoint, then a clean exit).
+loss (the step is skipped and logged), Ctrl-C or SIGTERM (checkpoint, then a clean exit).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import signal
@@ -332,7 +333,7 @@ class Pipeline:
             self.evals = [e for e in _read_jsonl(self.out / "evals.jsonl") if e["update"] <= step]
         self.log = VersionedLog(self.out / "logs")
         self._rng = np.random.default_rng([self.cfg.seed, self.attempt])
-        restore_sigint = self._install_sigint()
+        restore_signals = self._install_stop_signals()
         tasks: list[asyncio.Task] = []
         try:
             self.stats.status = "loading the policy"
@@ -386,7 +387,7 @@ class Pipeline:
         except PolicyError as err:
             status, message = "policy_failed", f"the policy could not start: {err}"
         finally:
-            restore_sigint()
+            restore_signals()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -493,16 +494,24 @@ class Pipeline:
         per_worker = 1 if self.personal else self.cfg.group_size
         return self.cfg.rollout_workers * per_worker
 
-    def _install_sigint(self) -> Callable[[], None]:
+    def _install_stop_signals(self) -> Callable[[], None]:
+        """Ctrl-C and SIGTERM (a supervisor stopping the run) both checkpoint, then stop; returns the undo."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
+        names = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
         try:
-            self._loop.add_signal_handler(
-                signal.SIGINT, lambda: self.request_stop("interrupted", "Ctrl-C: checkpointing, then exiting")
-            )
+            for sig, name in names.items():
+                self._loop.add_signal_handler(
+                    sig, functools.partial(self.request_stop, "interrupted", f"{name}: checkpointing, then exiting")
+                )
         except (NotImplementedError, RuntimeError):
             return lambda: None
-        return lambda: self._loop.remove_signal_handler(signal.SIGINT)
+
+        def restore() -> None:
+            for sig in names:
+                self._loop.remove_signal_handler(sig)
+
+        return restore
 
     async def _close_parts(self) -> None:
         for name in ("pool", "judge", "policy"):
