@@ -577,7 +577,7 @@ async def serve(
     on_ready: Callable[[str, ServePipeline], None] = lambda url, pipeline: None,
     **pipeline_kwargs: Any,
 ) -> PipelineResult:
-    """Serve until stopped (Ctrl-C, or ``pipeline.request_stop``); returns the pipeline's result.
+    """Serve until stopped (Ctrl-C or SIGTERM, or ``pipeline.request_stop``); returns the pipeline's result.
 
     ``on_ready(url, pipeline)`` is called once the server accepts requests (``url`` ends in ``/v1``);
     ``pipeline_kwargs`` go to :class:`ServePipeline` (``policy``, ``judge``, ``model_path``, ``on_message``).
@@ -586,7 +586,7 @@ async def serve(
 
     class _Server(uvicorn.Server):
         def capture_signals(self) -> contextlib.AbstractContextManager[None]:
-            return contextlib.nullcontext()  # Ctrl-C is the pipeline's: checkpoint, then stop serving
+            return contextlib.nullcontext()  # Ctrl-C and SIGTERM are the pipeline's: checkpoint, then stop serving
 
     sock = _listen(cfg.host, cfg.port)
     pipeline = ServePipeline(cfg, **pipeline_kwargs)

@@ -40,7 +40,7 @@ Python (openai):
   client.chat.completions.create(model="tiny", messages=[...],
                                  extra_headers={"X-Turn-Type": "side"})   # not trained
 
-Ctrl-C saves a checkpoint (when an update was made) and exits cleanly.
+Ctrl-C or SIGTERM saves a checkpoint (when an update was made) and exits cleanly.
 """
 
 app = typer.Typer(add_completion=False, help=HELP, rich_markup_mode=None)
