@@ -323,7 +323,7 @@ def test_claw_train_terminal_end_to_end(tmp_path):
     model = str(bootstrap("terminal", steps=2, progress=False))
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"
-    config.write_text("max_new_tokens: 16\ngroup_size: 2\nmax_turns: 2\nreport_to: none\n")
+    config.write_text("max_new_tokens: 16\nmax_turns: 2\nreport_to: none\n")  # the env defaults otherwise
     claw_train = str(Path(sys.executable).parent / "claw-train")
     proc = subprocess.run(
         [claw_train, "--env", "terminal", "--model", model, "--updates", "2", "--output-dir", str(out),

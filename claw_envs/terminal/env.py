@@ -163,7 +163,7 @@ class TerminalEnv(ClawEnv):
             text=text,
             role="environment",
             evaluative=Evaluative(-1.0, (turn.tag,)),
-            directive=f"Fix the turn: {turn.problem}.",
+            directive=f"{turn.problem[0].upper()}{turn.problem[1:]}.",
             judge_inputs=self._judge_inputs(action, text),
         )
         return Transition(observation=text, next_state=ns)
@@ -328,7 +328,9 @@ def _solution_runs(sandbox_kind: str, options_json: str) -> tuple[tuple[str, tup
             env.reset(options={"task_id": task.id})
             steps = []
             for command in task.data.get("solution", []):
-                obs, *_ = env.step(tool_call_text(command))
+                obs, *_, info = env.step(tool_call_text(command))
+                if info["status"] != "ok":
+                    raise RuntimeError(f"cannot record the solution of {task.id}: {obs}")
                 steps.append((command, obs))
             runs.append((task.id, tuple(steps)))
     finally:
