@@ -41,7 +41,8 @@ _OPEN_FENCE = re.compile(r"```[ \t]*(?:bash|sh|shell)[ \t]*\n", re.I)
 class Turn:
     """What the agent did. ``kind``: ``command`` (run ``command``), ``final`` or ``problem`` (see ``problem``).
 
-    ``call`` is the tool call when the command came as one (its id answers the tool message).
+    ``call`` is the tool call when the command came as one (its id answers the tool message) and ``prose`` the
+    text around that call.
     """
 
     kind: Literal["command", "final", "problem"]
@@ -72,16 +73,14 @@ def read_turn(action: str, *, id_prefix: str = "call_") -> Turn:
     if opened > len(fences):
         return Turn("problem", problem="the ```bash block is never closed: end it with ```", tag="unclosed_block")
     if fences:
-        match = fences[0]
-        prose = (parsed.text[: match.start()] + parsed.text[match.end() :]).strip()
-        return _command(match.group(1), prose=prose)
+        return _command(fences[0].group(1))
     if not re.search(r"\w", parsed.text):
         return Turn(
             "problem",
             problem="the turn is empty: run a command, or say in words that the task is done",
             tag="empty_action",
         )
-    return Turn("final", prose=parsed.text)
+    return Turn("final")
 
 
 def _command(command: str, *, call: ToolCall | None = None, prose: str = "") -> Turn:

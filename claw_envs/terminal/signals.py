@@ -69,22 +69,24 @@ def report(result: ExecResult, *, timeout: float, max_chars: int) -> CommandRepo
         parts.append(f"stderr:\n{stderr.rstrip()}")
     if cut:
         parts.append(f"[the output was too long and was cut to its head and tail, about {max_chars} characters]")
+    code = f"returncode={result.returncode}"
     if result.timed_out:
         parts.append(f"[the command ran longer than the {timeout:g}-second limit and was killed]")
-        directive = (
+        score, tags = -1.0, ("timeout", code)
+        directive: str | None = (
             f"The command did not finish within {timeout:g} s: do not start commands that run forever or wait "
             "for input (pass files as arguments, use head, add a timeout)."
         )
-        return CommandReport(_join(parts), Evaluative(-1.0, ("timeout", f"returncode={result.returncode}")), directive)
-    parts.append(f"returncode={result.returncode}")
-    tags = [f"returncode={result.returncode}"]
-    if result.returncode != 0:
-        return CommandReport(_join(parts), Evaluative(-1.0, tuple(tags)), explain(result))
-    if cut:
-        tags.append("output_truncated")
-        directive = "The output was too long to read: show only what you need (head, tail, grep, wc)."
-        return CommandReport(_join(parts), Evaluative(0.0, tuple(tags)), directive)
-    return CommandReport(_join(parts), Evaluative(CLEAN_RUN_SCORE, tuple(tags)), None)
+    else:
+        parts.append(code)
+        if result.returncode != 0:
+            score, tags, directive = -1.0, (code,), explain(result)
+        elif cut:
+            score, tags = 0.0, (code, "output_truncated")
+            directive = "The output was too long to read: show only what you need (head, tail, grep, wc)."
+        else:
+            score, tags, directive = CLEAN_RUN_SCORE, (code,), None
+    return CommandReport("\n".join(parts), Evaluative(score, tags), directive)
 
 
 def explain(result: ExecResult) -> str:
@@ -100,10 +102,6 @@ def explain(result: ExecResult) -> str:
         f"The command exited with status {result.returncode} and printed no error; for grep and test that means "
         "'not found' or 'false', so check what you assumed."
     )
-
-
-def _join(parts: list[str]) -> str:
-    return "\n".join(parts)
 
 
 def _short(line: str, limit: int = 200) -> str:
