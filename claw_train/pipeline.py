@@ -293,6 +293,7 @@ class Pipeline:
         self.sample_q: asyncio.Queue[TrainSample] | None = None
         self.checkpoint: Path | None = None
         self._in_flight: asyncio.Semaphore | None = None
+        self._group_gate = asyncio.Lock()  # one group at a time takes its allotment of in-flight slots
 
     # -- public -----------------------------------------------------------------------------
 
@@ -467,8 +468,17 @@ class Pipeline:
         return kwargs
 
     def _make_gate(self) -> asyncio.Semaphore | None:
-        """The in-flight budget (async only: sync mode runs the phases in turn)."""
-        return None if self.cfg.sync else asyncio.Semaphore(self._in_flight_limit())
+        """The in-flight budget (async only: sync mode runs the phases in turn); for grouped rollouts at least one
+        whole group's allotment, so a group that has its slots can always finish."""
+        if self.cfg.sync:
+            return None
+        limit = self._in_flight_limit()
+        return asyncio.Semaphore(limit if self.personal else max(limit, self._group_allotment()))
+
+    def _group_allotment(self) -> int:
+        """Slots a group takes up front: every episode may run to the turn limit."""
+        max_turns = self.cfg.max_turns or self._env_kwargs().get("max_turns") or self.env_cls.default_max_turns
+        return self.cfg.group_size * int(max_turns)
 
     def _start_trainer(self, resume_from: Path | None, done: asyncio.Future) -> threading.Thread | None:
         """Start the trainer thread; it resolves ``done`` with ``(status, message)`` when it returns."""
@@ -530,10 +540,14 @@ class Pipeline:
         return int(self._rng.integers(0, 2**31 - 1))
 
     async def _play(self, emit: Callable[[TurnRecord], Awaitable[None]], *, group: str = "", options=None) -> int:
-        """One episode through the pool; each turn goes to ``emit``. Returns the number of turns."""
+        """One episode through the pool; each turn goes to ``emit``. Returns the number of turns.
+
+        A lone episode takes an in-flight slot per turn; the episodes of a group play on their group's allotment.
+        """
         seed = self._next_seed()
+        gate = None if group else self._in_flight
         agent = _StreamingAgent(
-            self.policy, self.sampling, group_id=group or f"ep{self.attempt}-{seed}", emit=emit, gate=self._in_flight
+            self.policy, self.sampling, group_id=group or f"ep{self.attempt}-{seed}", emit=emit, gate=gate
         )
         result = await self.pool.run_episode(agent, seed=seed, options=options)
         if agent.error is not None:
@@ -580,8 +594,25 @@ class Pipeline:
             return emit
 
         options = {"task_id": task.id}
-        await asyncio.gather(*(self._play(collector(k), group=group, options=options) for k in range(len(episodes))))
+        allotment = await self._take_allotment()
+        try:
+            await asyncio.gather(
+                *(self._play(collector(k), group=group, options=options) for k in range(len(episodes)))
+            )
+        finally:  # the group's turns hold their slots until trained or masked; the rest are free now
+            self._free(allotment - sum(len(e) for e in episodes))
         return [e for e in episodes if e]
+
+    async def _take_allotment(self) -> int:
+        """Take a whole group's slots at once (one group at a time), so no two groups each hold part of the budget
+        while neither can finish: a group is judged only when all its episodes have ended."""
+        if self._in_flight is None:
+            return 0
+        allotment = self._group_allotment()
+        async with self._group_gate:
+            for _ in range(allotment):
+                await self._in_flight.acquire()
+        return allotment
 
     # -- judging ----------------------------------------------------------------------------
 

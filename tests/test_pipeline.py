@@ -135,6 +135,21 @@ def test_sync_round_longer_than_staleness_does_not_stall(models, tmp_path):
     assert result.counters["trainer"]["stale_dropped"] > 0 and result.counters["trainer"]["trained"] == 12
 
 
+def test_groups_larger_than_the_in_flight_budget_do_not_stall(models, tmp_path):
+    """Four groups of 4 echo episodes of up to 3 turns (12 turns a group) against a budget of 4 turns in flight:
+    turn by turn, every group would hold part of the budget and none could finish (a group is judged only
+    when all its episodes have ended). Groups take their whole allotment at once instead."""
+    out = tmp_path / "groups"
+    cfg = PipelineConfig(
+        env="echo", model=models("echo"), updates=2, output_dir=out, eval_every=0, group_size=4, rollout_workers=4,
+        samples_per_step=4, in_flight_batches=1, max_turns=3, **FAST,
+    )  # fmt: skip
+    result = asyncio.run(asyncio.wait_for(Pipeline(cfg).run(), 150))
+    assert result.status == "done", result.message
+    check_ledger(out, 2, samples_per_step=4)
+    assert result.counters["trainer"]["trained"] == 8
+
+
 def test_resume_after_kill_trains_no_sample_twice(models, tmp_path):
     out = tmp_path / "run"
     args = [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "4",

@@ -29,17 +29,7 @@ FAMILIES = ("conversation", "terminal", "swe", "toolcall", "gui", "echo")
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "conversation": {"method": "combined", "max_new_tokens": 96, "rollout_workers": 8, "eval_every": 4},
     "toolcall": {"method": "combined", "max_new_tokens": 256, "max_turns": 4, "group_size": 4, "eval_every": 0},
-    # one group of 4 x 4 turns fits the in-flight budget (2 x 16) beside a part-filled batch: groups are queued only
-    # when all their episodes end, so a budget smaller than a group plus 15 waiting samples can stall rollouts
-    "terminal": {
-        "method": "combined",
-        "max_new_tokens": 128,
-        "max_turns": 4,
-        "group_size": 4,
-        "rollout_workers": 1,
-        "in_flight_batches": 2,
-        "eval_every": 0,
-    },
+    "terminal": {"method": "combined", "max_new_tokens": 128, "max_turns": 4, "group_size": 4, "eval_every": 0},
     "echo": {"method": "combined", "max_new_tokens": 48, "group_size": 4, "eval_every": 0},
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"method": "combined", "eval_every": 0}
