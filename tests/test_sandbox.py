@@ -248,6 +248,24 @@ def test_writes_outside_the_workspace_never_reach_the_host(sb):
 
 
 @needs_bwrap
+def test_a_host_tmp_on_sys_path_never_hides_the_sandboxes_own_tmp(monkeypatch):
+    """A script run from /tmp puts /tmp on sys.path; the interpreter's folders are bound read-only inside, but
+    /tmp must stay the sandbox's own: writable, and showing nothing of the host's /tmp."""
+    tok = token()
+    marker = Path(f"/tmp/claw-host-only-{tok}")
+    marker.write_text("host")
+    monkeypatch.syspath_prepend("/tmp")
+    try:
+        with LocalSandbox(isolation="bwrap") as box:
+            res = box.run(f"ls /tmp; echo x > /tmp/mine-{tok} && echo wrote")
+        assert res.ok and "wrote" in res.stdout, res
+        assert marker.name not in res.stdout
+        assert not Path(f"/tmp/mine-{tok}").exists()
+    finally:
+        marker.unlink()
+
+
+@needs_bwrap
 def test_no_network_neither_outside_nor_host_loopback():
     probe = (
         "import errno, socket, sys\n"

@@ -484,10 +484,13 @@ def _python_roots() -> list[str]:
         mapping = getattr(sys.modules.get(getattr(finder, "__module__", "") or ""), "MAPPING", None)
         if isinstance(mapping, dict):
             candidates += [v for v in mapping.values() if isinstance(v, str)]
+    own = (INSIDE_TMP, INSIDE_HOME, INSIDE_WORKSPACE, "/var/tmp")  # never hidden behind a host directory
     roots: list[str] = []
     for path in sorted({os.path.abspath(p) for p in candidates if os.path.isdir(p)}):
         if path == "/" or any(path == r or path.startswith(r.rstrip("/") + "/") for r in (*roots, *SYSTEM_DIRS)):
             continue
+        if any(m == path or m.startswith(path.rstrip("/") + "/") for m in own):
+            continue  # e.g. a script run from /tmp: binding /tmp would show the host's /tmp, read-only, inside
         roots.append(path)
     return roots
 
