@@ -217,7 +217,7 @@ def test_rm_rf_root_leaves_the_host_alone(env, tmp_path):
 def test_a_dead_sandbox_is_an_infrastructure_failure(env):
     start(env)
     env.step(BASH("ls"))
-    env._sandbox.close()  # the sandbox dies under the env
+    env.sandbox.current.close()  # the sandbox dies under the env
     _, _, terminated, truncated, info = env.step(BASH("ls"))
     assert info["status"] == "sandbox_failure" and truncated and not terminated
     assert info["next_state"].outcome is None

@@ -242,7 +242,7 @@ def test_opening_a_socket_to_the_host_fails(env, listener):
 def test_a_dead_sandbox_is_an_infrastructure_failure_not_the_agents(env):
     env.reset(seed=0)
     env.step(py("print(1)"))
-    env._sandbox.close()  # the sandbox dies under the env
+    env.sandbox.current.close()  # the sandbox dies under the env
     _, _, terminated, truncated, info = env.step(py("print(1)"))
     assert info["status"] == "sandbox_failure" and truncated and not terminated
     assert "sandbox" in info["next_state"].text

@@ -37,8 +37,19 @@ from typing import Any
 
 import numpy as np
 
-from claw_envs.core import ClawEnv, Evaluative, InfraFailure, Message, NextState, Opening, StepStatus, Transition
-from claw_envs.sandbox import ExecResult, Sandbox, SandboxError, make_sandbox
+from claw_envs.core import (
+    ClawEnv,
+    Evaluative,
+    InfraFailure,
+    Message,
+    NextState,
+    Opening,
+    StepStatus,
+    Transition,
+    step_history,
+)
+from claw_envs.sandbox import ExecResult, Sandbox, SandboxError
+from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.tasks import Task, TaskSource
 from claw_envs.terminal.actions import BASH_TOOL, Turn, fenced_text, read_turn, tool_call_text
 from claw_envs.terminal.signals import report
@@ -98,12 +109,10 @@ class TerminalEnv(ClawEnv):
         if tasks is None and task_file is not None:
             tasks = load_tasks(task_file, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
-        self.sandbox_kind = sandbox
-        self.sandbox_options = {"network": False, **(sandbox_options or {})}
+        self.sandbox = EpisodeSandbox(sandbox, sandbox_options)
         self.command_timeout = command_timeout
         self.check_timeout = check_timeout
         self.max_output_chars = max_output_chars
-        self._sandbox: Sandbox | None = None
         self._commands = 0
 
     @classmethod
@@ -123,7 +132,7 @@ class TerminalEnv(ClawEnv):
         problem = validate(task.data)
         if problem:
             raise ValueError(f"task {task.id!r}: {problem}")
-        self._close_sandbox()
+        self.sandbox.close()
         self._commands = 0
         messages = self.opening_messages(task)
         return Opening(
@@ -186,13 +195,13 @@ class TerminalEnv(ClawEnv):
             outcome=float(solved),
             judge_inputs=self._judge_inputs(action, text),
         )
-        self._close_sandbox()
+        self.sandbox.close()
         return Transition(observation=text, next_state=ns, reward=float(solved), terminated=True)
 
     async def _add_check(self, tr: Transition) -> None:
         """Record the check's verdict on the last turn's next state (the turn limit ends the episode)."""
         solved, _ = await self._check()
-        self._close_sandbox()
+        self.sandbox.close()
         ns = tr.next_state
         evaluative = Evaluative(ns.evaluative.score, (*ns.evaluative.tags, f"tests={int(solved)}/1"))
         tr.next_state = dataclasses.replace(ns, evaluative=evaluative, outcome=float(solved))
@@ -210,55 +219,32 @@ class TerminalEnv(ClawEnv):
     # -- the sandbox -------------------------------------------------------------------------
 
     async def _exec(self, command: str, timeout: float) -> ExecResult:
-        sandbox = await self._ensure_sandbox()
-        try:
-            return await asyncio.wait_for(sandbox.arun(command, timeout=timeout), timeout=timeout + 30.0)
-        except SandboxError as err:
-            self._close_sandbox()
-            raise InfraFailure(f"the sandbox failed: {err}", StepStatus.SANDBOX_FAILURE) from err
-        except TimeoutError as err:
-            self._close_sandbox()
-            raise InfraFailure("the sandbox did not return", StepStatus.SANDBOX_FAILURE) from err
+        return await self.sandbox.run(
+            lambda box: box.arun(command, timeout=timeout), timeout=timeout + 30.0, prepare=self._prepare
+        )
 
-    async def _ensure_sandbox(self) -> Sandbox:
-        """The episode's sandbox, made on first use with the task's files and setup in its working directory."""
-        if self._sandbox is not None:
-            return self._sandbox
-        try:
-            sandbox = await asyncio.to_thread(make_sandbox, self.sandbox_kind, **self.sandbox_options)
-        except (SandboxError, OSError) as err:
-            raise InfraFailure(f"cannot start the sandbox: {err}", StepStatus.SANDBOX_FAILURE) from err
-        self._sandbox = sandbox
+    async def _prepare(self, sandbox: Sandbox) -> None:
+        """Write the task's files and run its setup in a new sandbox's working directory."""
         try:
             for path, content in dict(self.task.data.get("files", {})).items():
                 await asyncio.to_thread(sandbox.write_file, path, content)
             setup = self.task.data.get("setup")
             done = await sandbox.arun(setup, timeout=self.check_timeout) if setup else None
         except (SandboxError, OSError, ValueError) as err:
-            self._close_sandbox()
             raise InfraFailure(f"cannot prepare the task's files: {err}", StepStatus.SANDBOX_FAILURE) from err
         if done is not None and not done.ok:
-            self._close_sandbox()
             raise InfraFailure(f"the task's setup failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
-        return sandbox
-
-    def _close_sandbox(self) -> None:
-        if self._sandbox is not None:
-            sandbox, self._sandbox = self._sandbox, None
-            sandbox.close()
 
     async def aclose(self) -> None:
-        self._close_sandbox()
+        self.sandbox.close()
 
     # -- judge inputs ------------------------------------------------------------------------
 
     def _judge_inputs(self, action: str, result: str) -> dict[str, Any]:
         """What ``prompts/prm_terminal.jinja`` needs: task, history (earlier steps), action, result."""
-        earlier = [m for m in self.messages[:-1] if m["role"] != "system"][1:]
-        history = "\n".join(f"{m['role']}: {_clip(str(m.get('content') or m.get('tool_calls')), 300)}" for m in earlier)
         return {
             "task": str(self.task.data["instruction"]) if self.task else "",
-            "history": history[-3000:],
+            "history": step_history(self.messages[:-1]),
             "action": action,
             "result": result,
         }
@@ -281,7 +267,7 @@ class TerminalEnv(ClawEnv):
         """
         rng = np.random.default_rng(seed)
         train = builtin_tasks("train")
-        runs = _solution_runs(self.sandbox_kind, json.dumps(self.sandbox_options, sort_keys=True))
+        runs = _solution_runs(self.sandbox.kind, json.dumps(self.sandbox.options, sort_keys=True))
         demos = []
         for _ in range(n):
             task_id, steps = runs[int(rng.integers(len(runs)))]
@@ -336,7 +322,3 @@ def _solution_runs(sandbox_kind: str, options_json: str) -> tuple[tuple[str, tup
     finally:
         env.close()
     return tuple(runs)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

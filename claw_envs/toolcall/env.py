@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from claw_envs.core import ClawEnv, Evaluative, InfraFailure, Message, NextState, Opening, StepStatus, Transition
-from claw_envs.sandbox import Sandbox, SandboxError, make_sandbox
+from claw_envs.core import ClawEnv, Evaluative, Message, NextState, Opening, Transition, step_history
+from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.tasks import Task, TaskSource
 from claw_envs.toolcall.datasets import builtin_tasks, load_dataset, make_arithmetic
 from claw_envs.toolcall.grading import MathVerifier, grade_answer
@@ -99,13 +99,11 @@ class ToolCallEnv(ClawEnv):
         if tasks is None and dataset is not None:
             tasks = load_dataset(dataset, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
-        self.sandbox_kind = sandbox
-        self.sandbox_options = {"network": False, **(sandbox_options or {})}
+        self.sandbox = EpisodeSandbox(sandbox, sandbox_options)
         self.tool_timeout = tool_timeout
         self.max_output_chars = max_output_chars
         self.tool_use_bonus = tool_use_bonus
         self.verifier = verifier
-        self._sandbox: Sandbox | None = None
         self._clean_calls = 0
 
     @classmethod
@@ -121,7 +119,7 @@ class ToolCallEnv(ClawEnv):
         return [{"role": "system", "content": system}, {"role": "user", "content": str(task.data["question"])}]
 
     async def _begin(self, task: Task) -> Opening:
-        self._close_sandbox()
+        self.sandbox.close()
         self._clean_calls = 0
         messages = self.opening_messages(task)
         info = {"tools": copy.deepcopy(TOOL_SPECS)}
@@ -144,7 +142,7 @@ class ToolCallEnv(ClawEnv):
             )
             tr = Transition(observation=NUDGE, next_state=ns)
         if tr.terminated or self.step_index >= self.max_turns:
-            self._close_sandbox()
+            self.sandbox.close()
             if not tr.terminated:  # the base class truncates here and records outcome -1
                 tr.reward = -1.0
         return tr
@@ -204,34 +202,15 @@ class ToolCallEnv(ClawEnv):
     # -- the tool ----------------------------------------------------------------------------
 
     async def _run_call(self, call: ToolCall) -> ToolOutput:
-        sandbox = await self._ensure_sandbox()
-        try:
-            return await asyncio.wait_for(
-                run_python(sandbox, call.arguments["code"], timeout=self.tool_timeout, max_chars=self.max_output_chars),
-                timeout=self.tool_timeout + 30.0,
-            )
-        except SandboxError as err:
-            self._close_sandbox()
-            raise InfraFailure(f"python tool: the sandbox failed: {err}", StepStatus.SANDBOX_FAILURE) from err
-        except TimeoutError as err:
-            self._close_sandbox()
-            raise InfraFailure("python tool: the sandbox did not return", StepStatus.SANDBOX_FAILURE) from err
-
-    async def _ensure_sandbox(self) -> Sandbox:
-        if self._sandbox is None:
-            try:
-                self._sandbox = await asyncio.to_thread(make_sandbox, self.sandbox_kind, **self.sandbox_options)
-            except (SandboxError, OSError) as err:
-                raise InfraFailure(f"cannot start the sandbox: {err}", StepStatus.SANDBOX_FAILURE) from err
-        return self._sandbox
-
-    def _close_sandbox(self) -> None:
-        if self._sandbox is not None:
-            sandbox, self._sandbox = self._sandbox, None
-            sandbox.close()
+        code = call.arguments["code"]
+        return await self.sandbox.run(
+            lambda box: run_python(box, code, timeout=self.tool_timeout, max_chars=self.max_output_chars),
+            timeout=self.tool_timeout + 30.0,
+            what="python tool: ",
+        )
 
     async def aclose(self) -> None:
-        self._close_sandbox()
+        self.sandbox.close()
 
     # -- messages and judge inputs ----------------------------------------------------------
 
@@ -256,11 +235,9 @@ class ToolCallEnv(ClawEnv):
         return messages
 
     def _judge_inputs(self, action: str, result: str) -> dict[str, Any]:
-        earlier = [m for m in self.messages[:-1] if m["role"] != "system"][1:]
-        history = "\n".join(f"{m['role']}: {_clip(str(m.get('content') or m.get('tool_calls')), 300)}" for m in earlier)
         return {
             "task": str(self.task.data["question"]) if self.task else "",
-            "history": history[-3000:],
+            "history": step_history(self.messages[:-1]),
             "action": action,
             "result": result,
         }
@@ -325,7 +302,3 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
         pos = end
     out.append(text[pos:])
     return "".join(out)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
