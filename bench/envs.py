@@ -114,7 +114,24 @@ def toolcall_python_step(repeats: int) -> Row:
     return Row("ToolCall python step vs sandboxed `python -c`", ours, bare)
 
 
-ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local, toolcall_python_step]
+def terminal_command_step(repeats: int) -> Row:
+    """A Terminal-v0 step running ``ls -l`` as a bash tool call (parse, run in the episode's sandbox, read the
+    exit code and output into a next state) vs the same command run bare in a sandbox."""
+    from claw_envs.terminal.actions import tool_call_text
+
+    command = "ls -l"
+    with make_sandbox("local") as sandbox:
+        bare = timed(lambda: sandbox.run(command), repeats)
+    env = gym.make("claw/Terminal-v0", split="test", max_turns=repeats + 4).unwrapped
+    env.reset(seed=0)
+    try:
+        ours = timed(lambda: env.step(tool_call_text(command)), repeats)
+    finally:
+        env.close()
+    return Row("Terminal command step vs the bare sandboxed command", ours, bare)
+
+
+ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local, toolcall_python_step, terminal_command_step]
 
 
 def print_rows(rows: list[Row], repeats: int) -> None:
