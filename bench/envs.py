@@ -97,6 +97,17 @@ def echo_pool_ray(repeats: int) -> Row:
     return Row("Echo step: EnvPool(ray) vs direct env.step", ours, _direct_step_times(repeats))
 
 
+def _env_step_row(name: str, env_id: str, action: str, bare: list[float], repeats: int) -> Row:
+    """``action`` as a step of ``env_id`` (one long episode, so every step runs it) against ``bare`` timings."""
+    env = gym.make(env_id, split="test", max_turns=repeats + 4).unwrapped
+    env.reset(seed=0)
+    try:
+        ours = timed(lambda: env.step(action), repeats)
+    finally:
+        env.close()
+    return Row(name, ours, bare)
+
+
 def toolcall_python_step(repeats: int) -> Row:
     """A ToolCall-v0 step running ``print(2 + 2)`` (parse the call, run it in the episode's sandbox, build
     the next state) vs a bare sandboxed ``python -c`` of the same code."""
@@ -105,13 +116,8 @@ def toolcall_python_step(repeats: int) -> Row:
     code = "print(2 + 2)"
     with make_sandbox("local") as sandbox:
         bare = timed(lambda: sandbox.run([sandbox.python, "-c", code]), repeats)
-    env = gym.make("claw/ToolCall-v0", split="test", max_turns=repeats + 4).unwrapped
-    env.reset(seed=0)
-    try:
-        ours = timed(lambda: env.step(tool_call_text(code)), repeats)
-    finally:
-        env.close()
-    return Row("ToolCall python step vs sandboxed `python -c`", ours, bare)
+    name = "ToolCall python step vs sandboxed `python -c`"
+    return _env_step_row(name, "claw/ToolCall-v0", tool_call_text(code), bare, repeats)
 
 
 def terminal_command_step(repeats: int) -> Row:
@@ -122,13 +128,8 @@ def terminal_command_step(repeats: int) -> Row:
     command = "ls -l"
     with make_sandbox("local") as sandbox:
         bare = timed(lambda: sandbox.run(command), repeats)
-    env = gym.make("claw/Terminal-v0", split="test", max_turns=repeats + 4).unwrapped
-    env.reset(seed=0)
-    try:
-        ours = timed(lambda: env.step(tool_call_text(command)), repeats)
-    finally:
-        env.close()
-    return Row("Terminal command step vs the bare sandboxed command", ours, bare)
+    name = "Terminal command step vs the bare sandboxed command"
+    return _env_step_row(name, "claw/Terminal-v0", tool_call_text(command), bare, repeats)
 
 
 ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local, toolcall_python_step, terminal_command_step]

@@ -688,17 +688,13 @@ class Pipeline:
         Sync mode hands the trainer exactly one batch and waits for the step; a sample it would drop (too
         stale after the previous batches of a long round, or malformed) would leave it waiting forever.
         """
-        from claw_train.trainer import sample_problem
-
         keep = []
         for s in pending:
-            if self.trainer.is_stale(s, step):
-                self.trainer.count("stale_dropped")
-            elif problem := sample_problem(s):
-                self.trainer.count("invalid_dropped")
-                self.trainer.invalid_reasons.append(problem)
-            else:
+            verdict = self.trainer.triage(s, step)
+            if verdict is None:
                 keep.append(s)
+            else:
+                self.trainer.count(f"{verdict}_dropped")
         return keep
 
     def trainer_step(self) -> int:

@@ -214,19 +214,21 @@ class ClawTrainer(GRPOTrainer):
             sample = self.source.get()
             if sample is None:
                 raise FeedClosed("the sample source closed")
-            if self.is_stale(sample, version):
-                stale.append(sample)
-            elif problem := sample_problem(sample):
-                invalid.append(sample)
-                self.invalid_reasons.append(problem)
-            else:
-                samples.append(sample)
+            verdict = self.triage(sample, version)
+            {None: samples, "stale": stale, "invalid": invalid}[verdict].append(sample)
         return samples, stale, invalid
 
-    def is_stale(self, sample: TrainSample, version: int | None = None) -> bool:
-        """Whether ``sample`` is more than ``max_staleness`` versions behind ``version`` (default: now)."""
+    def triage(self, sample: TrainSample, version: int | None = None) -> str | None:
+        """``None`` when ``sample`` would be trained at ``version`` (default: now); ``"stale"`` when it is more
+        than ``max_staleness`` versions behind; ``"invalid"`` when malformed (the reason joins ``invalid_reasons``).
+        """
         version = self.state.global_step if version is None else version
-        return version - sample.turn.policy_version > self.args.max_staleness
+        if version - sample.turn.policy_version > self.args.max_staleness:
+            return "stale"
+        if problem := sample_problem(sample):
+            self.invalid_reasons.append(problem)
+            return "invalid"
+        return None
 
     def _record_batch_metrics(self, samples: Sequence[TrainSample], stale: int, invalid: int) -> None:
         version = self.state.global_step
