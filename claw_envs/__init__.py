@@ -15,31 +15,42 @@ from claw_envs.core import (
     UnicodeText,
     bad_action,
 )
-from claw_envs.registry import env_class, env_ids, load_plugins, register, resolve_id
+from claw_envs.registry import env_class, env_ids, family_spec, load_plugins, register, resolve_id
+from claw_envs.spec import FamilySpec, JudgeTemplates, SpecError, TrainingDefaults
 from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource
 
-register("claw/Echo-v0", "claw_envs.echo:EchoEnv")
-register("claw/Conversation-v0", "claw_envs.conversation:ConversationEnv")
-register("claw/ToolCall-v0", "claw_envs.toolcall:ToolCallEnv")
-register("claw/Terminal-v0", "claw_envs.terminal:TerminalEnv")
+
+def _register_builtins() -> None:
+    from claw_envs import conversation, echo, terminal, toolcall
+
+    for family in (echo, conversation, toolcall, terminal):
+        register(family.SPEC)
+
+
+_register_builtins()
 load_plugins()
 
 __all__ = [
     "ClawEnv",
     "Evaluative",
+    "FamilySpec",
     "InfraFailure",
+    "JudgeTemplates",
     "NextState",
     "Opening",
     "ProceduralTasks",
+    "SpecError",
     "StepStatus",
     "Task",
     "TaskList",
     "TaskSource",
+    "TrainingDefaults",
     "Transition",
     "UnicodeText",
     "bad_action",
     "env_class",
     "env_ids",
+    "family_spec",
     "load_plugins",
     "register",
     "resolve_id",

@@ -149,13 +149,12 @@ class Transition:
 class ClawEnv(gym.Env[Any, str]):
     """Base class of every claw environment (see the module docstring).
 
-    Subclasses set ``family``, ``default_max_turns`` and implement ``default_tasks``, ``_begin``
+    Subclasses set ``default_max_turns`` and implement ``default_tasks``, ``_begin``
     and ``_act``; they may override ``_final_outcome`` (outcome when the turn limit truncates an
     episode), ``demonstrations`` (example data for bootstrapping a policy), ``reference_action``
     (a good action for scripted agents) and ``aclose``.
     """
 
-    family: ClassVar[str] = "base"
     default_max_turns: ClassVar[int] = 8
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 

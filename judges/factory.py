@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from claw_envs import FamilySpec, JudgeTemplates
 from judges.backends.base import JudgeBackend
 from judges.hint import HintJudge
 from judges.metrics import JudgeMetrics
@@ -19,6 +20,7 @@ KEY_ENVS = ("CLAW_JUDGE_API_KEY", "OPENAI_API_KEY")
 def make_backend(
     spec: str,
     *,
+    directive_is_negative: bool = True,
     policy: Any = None,
     model: str | None = None,
     api_key: str | None = None,
@@ -37,7 +39,7 @@ def make_backend(
             raise ValueError(f"the rules judge takes no options, got {sorted(options)}")
         from judges.backends.rules import RulesBackend
 
-        return RulesBackend(metrics)
+        return RulesBackend(metrics, directive_is_negative=directive_is_negative)
     if spec == "policy":
         if policy is None:
             raise ValueError("the 'policy' judge needs the policy object (pass policy=...)")
@@ -56,7 +58,7 @@ def make_backend(
 def make_judge(
     spec: str,
     *,
-    family: str,
+    family: str | FamilySpec | JudgeTemplates,
     votes: int = 3,
     policy: Any = None,
     model: str | None = None,
@@ -66,14 +68,21 @@ def make_judge(
     max_tokens: int = 1024,
     **backend_options: Any,
 ) -> StepJudge:
-    """A step judge for env ``family`` with the family's PRM and hint templates and one shared backend.
+    """A step judge for env ``family`` (a registered name, a spec, or templates) with its judge templates and one backend.
 
     ``hints=False`` leaves out the hint judge (Binary RL needs only the score); ``backend_options`` go to
     :func:`make_backend`.
     """
-    backend = make_backend(spec, policy=policy, model=model, api_key=api_key, **backend_options)
-    prm_template, hint_template = templates_for(family)
+    templates = templates_for(family)
+    backend = make_backend(
+        spec,
+        directive_is_negative=templates.directive_is_negative,
+        policy=policy,
+        model=model,
+        api_key=api_key,
+        **backend_options,
+    )
     sampling = {"votes": votes, "temperature": temperature, "max_tokens": max_tokens}
-    prm = PRMJudge(backend, prm_template, **sampling)
-    hint = HintJudge(backend, hint_template, **sampling) if hints else None
+    prm = PRMJudge(backend, templates.prm, **sampling)
+    hint = HintJudge(backend, templates.hint, **sampling) if hints else None
     return StepJudge(prm, hint)

@@ -1,6 +1,7 @@
 """Load the judge templates in ``prompts/`` and render them into chat messages for one step.
 
-Every template starts with a header naming the fields it needs, e.g. ``{# needs: task, history?, action,
+Templates live in ``prompts/`` (a name such as ``prm_terminal``) or in a family's own package (a path to a
+``.jinja`` file, which may include the shared partials of ``prompts/``). Every template starts with a header naming the fields it needs, e.g. ``{# needs: task, history?, action,
 result #}`` (``?`` marks a field that may be absent), and defines two blocks, ``system`` and ``user``.
 Field values come from ``next_state.judge_inputs``; ``action`` defaults to the action judged, ``result``
 to ``next_state.text`` and ``history`` to the chat before the action. A template that needs ``image``
@@ -15,25 +16,17 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from claw_envs import FamilySpec, JudgeTemplates, family_spec
 from claw_envs.core import NextState
 from prompts import PROMPTS_DIR
 
 MAX_FIELD_CHARS = 6000
 MAX_MESSAGE_CHARS = 1500
-
-FAMILY_TEMPLATES: dict[str, tuple[str, str]] = {
-    "conversation": ("prm_personal", "hint_personal"),
-    "terminal": ("prm_terminal", "hint_agent"),
-    "gui": ("prm_gui", "hint_agent"),
-    "swe": ("prm_swe", "hint_agent"),
-    "toolcall": ("prm_toolcall", "hint_agent"),
-    "echo": ("prm_generic", "hint_agent"),
-}
-GENERIC_TEMPLATES = ("prm_generic", "hint_agent")
 
 _HEADER = re.compile(r"\A\s*\{#\s*needs:(?P<fields>[^#]*)#\}")
 _FIELD = re.compile(r"[a-z_][a-z0-9_]*\??")
@@ -61,9 +54,16 @@ class TemplateSpec:
         return self.required + self.optional
 
 
-def templates_for(family: str) -> tuple[str, str]:
-    """(PRM template, hint template) for an env family; unknown families get the generic pair."""
-    return FAMILY_TEMPLATES.get(family, GENERIC_TEMPLATES)
+def templates_for(family: str | FamilySpec | JudgeTemplates) -> JudgeTemplates:
+    """The judge templates a family's spec declares; a name no family is registered under gets the generic pair."""
+    if isinstance(family, JudgeTemplates):
+        return family
+    if isinstance(family, FamilySpec):
+        return family.judge
+    try:
+        return family_spec(family).judge
+    except KeyError:
+        return JudgeTemplates()
 
 
 def template_names() -> list[str]:
@@ -72,9 +72,9 @@ def template_names() -> list[str]:
 
 
 @functools.cache
-def _environment() -> jinja2.Environment:
+def _environment(directory: Path = PROMPTS_DIR) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(PROMPTS_DIR),
+        loader=jinja2.FileSystemLoader([directory, PROMPTS_DIR]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         trim_blocks=True,
@@ -85,11 +85,17 @@ def _environment() -> jinja2.Environment:
 
 @functools.cache
 def load(name: str) -> tuple[jinja2.Template, TemplateSpec]:
-    """The compiled template ``name`` (with or without ``.jinja``) and its declared fields."""
-    name = name.removesuffix(".jinja")
-    path = PROMPTS_DIR / f"{name}.jinja"
-    if not path.is_file():
-        raise PromptError(f"no judge template {name!r} in {PROMPTS_DIR}; have: {', '.join(template_names())}")
+    """The compiled template ``name`` (in ``prompts/``, with or without ``.jinja``, or a path) and its fields."""
+    if "/" in name:
+        path = Path(name).expanduser()
+        name = path.stem
+        if not path.is_file():
+            raise PromptError(f"no judge template file {path}", template=name)
+    else:
+        name = name.removesuffix(".jinja")
+        path = PROMPTS_DIR / f"{name}.jinja"
+        if not path.is_file():
+            raise PromptError(f"no judge template {name!r} in {PROMPTS_DIR}; have: {', '.join(template_names())}")
     source = path.read_text(encoding="utf-8")
     header = _HEADER.match(source)
     if header is None:
@@ -99,7 +105,7 @@ def load(name: str) -> tuple[jinja2.Template, TemplateSpec]:
     if bad:
         raise PromptError(f"template {name!r} declares malformed fields {bad}", template=name)
     try:
-        template = _environment().get_template(path.name)
+        template = _environment(path.parent.resolve()).get_template(path.name)
     except jinja2.TemplateSyntaxError as err:
         raise PromptError(f"template {name!r} line {err.lineno}: {err.message}", template=name) from None
     missing_blocks = {"system", "user"} - set(template.blocks)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from claw_envs import JudgeTemplates
 from test_judges_prompts import HAND_BUILT  # next states as each family sends them
 
 from claw_envs import Evaluative, NextState
@@ -348,7 +350,7 @@ async def test_policy_backend_asks_the_policy_and_flattens_images():
 
     policy = LocalPolicy(answer)
     action, ns = HAND_BUILT["gui"]
-    judge = make_judge("policy", family="gui", votes=2, policy=policy, hints=False)
+    judge = make_judge("policy", family=JudgeTemplates(prm="prm_gui"), votes=2, policy=policy, hints=False)
     judgement = await judge.judge(action, ns)
     assert judgement.score == 1.0 and judgement.hint is None and judgement.hint_votes == []
     prompt, sampling = policy.calls[0]

@@ -58,7 +58,7 @@ async def test_mixed_episode_flips_from_minus_to_plus():
 @pytest.mark.parametrize("env_id", claw_envs.env_ids())
 async def test_every_family_junk_is_minus_with_hint_and_reference_is_plus(env_id):
     env = gym.make(env_id).unwrapped
-    judge = make_judge("rules", family=env.family, votes=3)
+    judge = make_judge("rules", family=claw_envs.family_spec(env_id).name, votes=3)
     judged = []
     try:
         await env.areset(seed=0)

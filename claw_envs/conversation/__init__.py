@@ -16,9 +16,26 @@ from claw_envs.conversation.persona import Persona, available_personas, load_per
 from claw_envs.conversation.score import MAX_REPLY_CHARS, RubricResult, answer_correct, is_valid_reply, rubric
 from claw_envs.conversation.signals import Signals, extract_signals
 from claw_envs.conversation.simulator import LLMSimulator, Reaction, RulesSimulator, Simulator, Turn
+from claw_envs.spec import FamilySpec, JudgeTemplates, TrainingDefaults
+
+SPEC = FamilySpec(
+    name="conversation",
+    env_id="claw/Conversation-v0",
+    entry_point="claw_envs.conversation.env:ConversationEnv",
+    track="personal",
+    judge=JudgeTemplates(prm="prm_personal", hint="hint_personal"),
+    training=TrainingDefaults(max_new_tokens=96, rollout_workers=8, eval_every=4),
+    tokenizer_corpus=True,
+    load_tasks="claw_envs.conversation.homework:load_gsm8k",
+    evaluation="claw_envs.conversation.evaluation:PersonalizationEvaluation",
+    live="claw_envs.conversation.live:next_state",
+    env_options=("persona",),
+    description="homework help for simulated users with hidden preferences",
+)
 
 __all__ = [
     "MAX_REPLY_CHARS",
+    "SPEC",
     "ConversationEnv",
     "LLMSimulator",
     "Persona",

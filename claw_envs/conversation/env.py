@@ -43,7 +43,6 @@ def summarize(messages: Sequence[Mapping[str, Any]], last: int = 6, width: int =
 class ConversationEnv(ClawEnv):
     """Homework help for a simulated ``student`` or ``teacher`` (or any persona file); see the module docstring."""
 
-    family = "conversation"
     default_max_turns = 8
 
     def __init__(

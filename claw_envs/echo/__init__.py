@@ -6,5 +6,15 @@ outcome +1; running out of turns ends it with outcome -1. ``docs/adding-an-env.m
 """
 
 from claw_envs.echo.env import EchoEnv
+from claw_envs.spec import FamilySpec, TrainingDefaults
 
-__all__ = ["EchoEnv"]
+SPEC = FamilySpec(
+    name="echo",
+    env_id="claw/Echo-v0",
+    entry_point="claw_envs.echo.env:EchoEnv",
+    training=TrainingDefaults(max_new_tokens=48),
+    tokenizer_corpus=True,
+    description="repeat a phrase exactly (the reference env)",
+)
+
+__all__ = ["SPEC", "EchoEnv"]

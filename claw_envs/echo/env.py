@@ -16,7 +16,6 @@ PHRASES = {
 class EchoEnv(ClawEnv):
     """Reply with exactly the phrase the task shows (whitespace at the ends is ignored)."""
 
-    family = "echo"
     default_max_turns = 3
 
     @classmethod

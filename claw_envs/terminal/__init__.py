@@ -5,6 +5,17 @@ a fenced ```bash block, or a final message), ``signals`` scores a command's resu
 environment.
 """
 
+from claw_envs.spec import FamilySpec, JudgeTemplates, TrainingDefaults
 from claw_envs.terminal.env import TerminalEnv
 
-__all__ = ["TerminalEnv"]
+SPEC = FamilySpec(
+    name="terminal",
+    env_id="claw/Terminal-v0",
+    entry_point="claw_envs.terminal.env:TerminalEnv",
+    judge=JudgeTemplates(prm="prm_terminal", hint="hint_agent"),
+    training=TrainingDefaults(max_new_tokens=128, max_turns=4, group_size=4),
+    load_tasks="claw_envs.terminal.tasks:load_tasks",
+    description="shell jobs in a sandbox, checked by a command at the end",
+)
+
+__all__ = ["SPEC", "TerminalEnv"]

@@ -15,7 +15,8 @@ Step signals (``info["next_state"]``):
 * Final turn: ``role="environment"``, the check's verdict; ``outcome`` is 1.0 (solved) or 0.0, ``reward`` the
   same; ``evaluative`` is +1 if solved and -1 if not (claiming to be done when the task is not); tags
   ``tests=1/1`` or ``tests=0/1``.
-* A turn the env cannot act on (malformed or unknown tool call, two commands, an empty turn): -1 with a
+* A turn the env cannot act on (malformed or unknown tool call, two commands, an empty turn, JSON nested over
+  32 deep, a turn over 2**20 characters, a command over ``max_command_bytes`` or holding a NUL): -1 with a
   directive, nothing runs, the episode goes on.
 * Turn limit: the last turn's next state also carries the check's ``tests=`` tag and ``outcome`` (``reward``
   the same), and ``info["check"]`` says how the check went.
@@ -51,7 +52,15 @@ from claw_envs.core import (
 from claw_envs.sandbox import ExecResult, Sandbox, SandboxError
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.tasks import Task, TaskSource
-from claw_envs.terminal.actions import BASH_TOOL, Turn, fenced_text, read_turn, tool_call_text
+from claw_envs.terminal.actions import (
+    BASH_TOOL,
+    LIMITS,
+    MAX_COMMAND_BYTES,
+    Turn,
+    fenced_text,
+    read_turn,
+    tool_call_text,
+)
 from claw_envs.terminal.signals import report
 from claw_envs.terminal.tasks import builtin_tasks, load_tasks, validate
 from claw_envs.toolcall.tools import cap_text
@@ -86,11 +95,15 @@ class TerminalEnv(ClawEnv):
 
     ``tasks`` or ``task_file`` (a JSONL file, fields in :mod:`.tasks`) replace the built-in tasks.
     ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``command_timeout`` limits
-    each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees of an output.
+    each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees of an output,
+    ``max_command_bytes`` the command line (a longer one is the agent's error).
     """
 
-    family = "terminal"
     default_max_turns = 8
+    max_command_bytes: int = MAX_COMMAND_BYTES
+    """Longest command line run, in UTF-8 bytes; a longer one is refused (-1), never a sandbox failure."""
+    parse_limits = LIMITS
+    """JSON depth, turn size and calls read per turn (:class:`~claw_envs.toolcall.parse.ParseLimits`)."""
 
     def __init__(
         self,
@@ -105,6 +118,7 @@ class TerminalEnv(ClawEnv):
         command_timeout: float = 10.0,
         check_timeout: float = 30.0,
         max_output_chars: int = 2000,
+        max_command_bytes: int | None = None,
     ):
         if tasks is None and task_file is not None:
             tasks = load_tasks(task_file, split=split)
@@ -113,6 +127,8 @@ class TerminalEnv(ClawEnv):
         self.command_timeout = command_timeout
         self.check_timeout = check_timeout
         self.max_output_chars = max_output_chars
+        if max_command_bytes is not None:
+            self.max_command_bytes = max_command_bytes
         self._commands = 0
 
     @classmethod
@@ -140,7 +156,12 @@ class TerminalEnv(ClawEnv):
         )
 
     async def _act(self, action: str) -> Transition:
-        turn = read_turn(action, id_prefix=f"call_{self.step_index}_")
+        turn = read_turn(
+            action,
+            id_prefix=f"call_{self.step_index}_",
+            limits=self.parse_limits,
+            max_command_bytes=self.max_command_bytes,
+        )
         if turn.kind == "final":
             return await self._final_turn(action)
         if turn.kind == "problem":

@@ -6,6 +6,19 @@ right, ``datasets`` loads problems (AIME 2024, DAPO-Math, GSM8K, files, a built-
 ``env`` is the environment.
 """
 
+from claw_envs.spec import FamilySpec, JudgeTemplates, TrainingDefaults
 from claw_envs.toolcall.env import ToolCallEnv
 
-__all__ = ["ToolCallEnv"]
+SPEC = FamilySpec(
+    name="toolcall",
+    env_id="claw/ToolCall-v0",
+    entry_point="claw_envs.toolcall.env:ToolCallEnv",
+    judge=JudgeTemplates(prm="prm_toolcall", hint="hint_agent"),
+    training=TrainingDefaults(max_new_tokens=256, max_turns=4, group_size=4),
+    tokenizer_corpus=True,
+    load_tasks="claw_envs.toolcall.datasets:load_dataset",
+    evaluation="claw_envs.toolcall.evaluation:AnswerEvaluation",
+    description="math with a sandboxed Python tool, graded by math-verify",
+)
+
+__all__ = ["SPEC", "ToolCallEnv"]

@@ -18,6 +18,11 @@ Step signals (``info["next_state"]``):
   ran without error (shaping, 0 by default).
 * A turn with neither: a next state asking for a tool call or a boxed answer, ``evaluative`` 0.
 * Turn limit: ``outcome`` and ``reward`` -1.
+* Bounds (the agent's error when overrun, never an exception): a turn holds at most ``max_calls_per_turn``
+  (8) tool calls, or none is run; the calls of one turn share ``turn_time_budget`` seconds (2 × the per-call
+  timeout), and a call past it is not run; tool-call JSON nests at most 32 deep and a turn is at most
+  2**20 characters (:class:`~claw_envs.toolcall.parse.ParseLimits`); a boxed answer over
+  ``max_answer_chars`` (1000) is not graded. Each is ``evaluative`` -1 with a directive naming the limit.
 
 ``info["messages"]`` is OpenAI-format: the assistant turn holds ``content`` (its text outside the
 answerable calls) and ``tool_calls`` (arguments as a JSON string); each call is answered by a ``tool``
@@ -36,12 +41,22 @@ from typing import Any
 
 import numpy as np
 
-from claw_envs.core import ClawEnv, Evaluative, Message, NextState, Opening, Transition, step_history
+from claw_envs.core import ClawEnv, Evaluative, Message, NextState, Opening, Transition, bad_action, step_history
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.tasks import Task, TaskSource
 from claw_envs.toolcall.datasets import builtin_tasks, load_dataset, make_arithmetic
-from claw_envs.toolcall.grading import MathVerifier, grade_answer
-from claw_envs.toolcall.parse import ParsedTurn, ToolCall, ToolCallError, last_boxed, parse_action
+from claw_envs.toolcall.grading import MAX_ANSWER_CHARS, MathVerifier, grade_answer
+from claw_envs.toolcall.parse import (
+    MAX_ACTION_CHARS,
+    MAX_JSON_DEPTH,
+    TURN_ERRORS,
+    ParsedTurn,
+    ParseLimits,
+    ToolCall,
+    ToolCallError,
+    last_boxed,
+    parse_action,
+)
 from claw_envs.toolcall.tools import TOOLS, ToolOutput, run_python
 
 SYSTEM_PROMPT = """\
@@ -51,7 +66,7 @@ To run a program, write a tool call:
 <tool_call>{{"name": "python", "arguments": {{"code": "print(2**64 - 1)"}}}}</tool_call>
 The call must be valid JSON (write newlines inside the code as \\n). Each call runs in a new Python 3 \
 process with no network and a {timeout:g}-second limit, and you see only what it prints. You may make \
-several calls in a turn and use up to {turns} turns.
+up to {calls} calls in a turn ({budget:g} seconds in all) and use up to {turns} turns.
 
 When you are sure of the result, reply without any tool call and put the final answer in \\boxed{{}}, \
 for example \\boxed{{42}}.
@@ -66,6 +81,7 @@ NUDGE = (
 )
 
 SCHEMAS = {name: tool.parameters for name, tool in TOOLS.items()}
+MIN_CALL_TIME = 0.05  # seconds of the turn's tool-time budget a call needs left to be started at all
 TOOL_SPECS = [tool.spec() for tool in TOOLS.values()]
 
 
@@ -75,11 +91,21 @@ class ToolCallEnv(ClawEnv):
     ``dataset`` names the tasks (``aime2024``, ``gsm8k``, ``dapo-math``, ``builtin``, or a JSONL/parquet
     path, see :mod:`.datasets`); by default the built-in procedural set. ``sandbox``/``sandbox_options``
     go to ``claw_envs.sandbox.make_sandbox``; ``tool_timeout`` limits each call, ``max_output_chars`` what
-    the model sees of its output.
+    the model sees of its output. ``max_calls_per_turn`` and ``turn_time_budget`` (default ``2 * tool_timeout``)
+    bound one turn's tool use; the class attributes below bound what is read.
     """
 
-    family = "toolcall"
     default_max_turns = 16
+    max_calls_per_turn: int = 8
+    """Most tool calls in one turn; a turn with more is refused whole (-1), nothing runs."""
+    max_json_depth: int = MAX_JSON_DEPTH
+    """Deepest JSON nesting read in a tool call; deeper is the agent's error (-1), never a ``RecursionError``."""
+    max_action_chars: int = MAX_ACTION_CHARS
+    """Longest turn read, in characters; a longer one is refused (-1)."""
+    max_answer_chars: int = MAX_ANSWER_CHARS
+    """Longest boxed answer graded, in characters; a longer one is refused (-1) and the episode goes on."""
+    turn_budget_factor: float = 2.0
+    """Default ``turn_time_budget`` as a multiple of ``tool_timeout``."""
 
     def __init__(
         self,
@@ -95,6 +121,8 @@ class ToolCallEnv(ClawEnv):
         max_output_chars: int = 2000,
         tool_use_bonus: float = 0.0,
         verifier: MathVerifier | None = None,
+        max_calls_per_turn: int | None = None,
+        turn_time_budget: float | None = None,
     ):
         if tasks is None and dataset is not None:
             tasks = load_dataset(dataset, split=split)
@@ -104,6 +132,11 @@ class ToolCallEnv(ClawEnv):
         self.max_output_chars = max_output_chars
         self.tool_use_bonus = tool_use_bonus
         self.verifier = verifier
+        if max_calls_per_turn is not None:
+            self.max_calls_per_turn = max_calls_per_turn
+        self.turn_time_budget = (
+            turn_time_budget if turn_time_budget is not None else self.turn_budget_factor * tool_timeout
+        )
         self._clean_calls = 0
 
     @classmethod
@@ -115,7 +148,13 @@ class ToolCallEnv(ClawEnv):
     def opening_messages(self, task: Task) -> list[Message]:
         """The system prompt (tool instructions and schemas) and the problem."""
         tools = json.dumps(TOOL_SPECS, ensure_ascii=False)
-        system = SYSTEM_PROMPT.format(timeout=self.tool_timeout, turns=self.max_turns, tools=tools)
+        system = SYSTEM_PROMPT.format(
+            timeout=self.tool_timeout,
+            calls=self.max_calls_per_turn,
+            budget=self.turn_time_budget,
+            turns=self.max_turns,
+            tools=tools,
+        )
         return [{"role": "system", "content": system}, {"role": "user", "content": str(task.data["question"])}]
 
     async def _begin(self, task: Task) -> Opening:
@@ -125,11 +164,26 @@ class ToolCallEnv(ClawEnv):
         info = {"tools": copy.deepcopy(TOOL_SPECS)}
         return Opening(observation=messages[-1]["content"], messages=messages, info=info)
 
+    @property
+    def parse_limits(self) -> ParseLimits:
+        """What the parser may read of one turn (from the class attributes)."""
+        return ParseLimits(
+            max_depth=self.max_json_depth, max_chars=self.max_action_chars, max_calls=self.max_calls_per_turn
+        )
+
     async def _act(self, action: str) -> Transition:
-        parsed = parse_action(action, SCHEMAS, id_prefix=f"call_{self.step_index}_")
+        parsed = parse_action(action, SCHEMAS, id_prefix=f"call_{self.step_index}_", limits=self.parse_limits)
         answer = None if parsed.has_tool_calls else last_boxed(parsed.text)
         if parsed.has_tool_calls:
             tr = await self._tool_turn(action, parsed)
+        elif answer and len(answer) > self.max_answer_chars:
+            tr = self._refuse(
+                action,
+                f"Error: the boxed answer is {len(answer):,} characters long and answers over "
+                f"{self.max_answer_chars:,} are not graded.",
+                f"Box only the final value (at most {self.max_answer_chars:,} characters), e.g. \\boxed{{42}}.",
+                "answer_too_long",
+            )
         elif answer:
             tr = await self._answer_turn(action, answer)
         else:
@@ -147,11 +201,31 @@ class ToolCallEnv(ClawEnv):
                 tr.reward = -1.0
         return tr
 
+    def _refuse(self, action: str, text: str, directive: str, tag: str) -> Transition:
+        """A turn that is not carried out (the agent's error): -1, ``directive`` says what to do instead."""
+        ns = bad_action(text, directive, tags=(tag,), **self._judge_inputs(action, text))
+        return Transition(observation=text, next_state=ns)
+
     async def _tool_turn(self, action: str, parsed: ParsedTurn) -> Transition:
+        if len(parsed.items) == 1 and isinstance(item := parsed.items[0], ToolCallError) and item.kind in TURN_ERRORS:
+            return self._refuse(
+                action,
+                f"Error: {item.message}.",
+                f"{item.message[0].upper()}{item.message[1:]}.",
+                f"tool_error={item.kind}",
+            )
         results: list[tuple[ToolCall | ToolCallError, ToolOutput]] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.turn_time_budget
         for item in parsed.items:
             if isinstance(item, ToolCall):
-                out = await self._run_call(item)
+                left = deadline - loop.time()
+                if left < MIN_CALL_TIME:
+                    out = self._over_budget(None)
+                else:
+                    out = await self._run_call(item, min(self.tool_timeout, left))
+                    if "timeout" in out.tags and left < self.tool_timeout:
+                        out = self._over_budget(out)
                 if out.score > -1:
                     self._clean_calls += 1
             else:
@@ -201,12 +275,26 @@ class ToolCallEnv(ClawEnv):
 
     # -- the tool ----------------------------------------------------------------------------
 
-    async def _run_call(self, call: ToolCall) -> ToolOutput:
+    async def _run_call(self, call: ToolCall, timeout: float | None = None) -> ToolOutput:
         code = call.arguments["code"]
+        limit = self.tool_timeout if timeout is None else timeout
         return await self.sandbox.run(
-            lambda box: run_python(box, code, timeout=self.tool_timeout, max_chars=self.max_output_chars),
-            timeout=self.tool_timeout + 30.0,
+            lambda box: run_python(box, code, timeout=limit, max_chars=self.max_output_chars),
+            timeout=limit + 30.0,
             what="python tool: ",
+        )
+
+    def _over_budget(self, ran: ToolOutput | None) -> ToolOutput:
+        """A call stopped (``ran``) or not started (``None``) because the turn's tool time was used up."""
+        budget = f"the {self.turn_time_budget:g}-second tool-time budget of this turn"
+        head = f"{ran.text}\n" if ran is not None and ran.text else ""
+        said = "was stopped when it ran out" if ran is not None else "was not run"
+        return ToolOutput(
+            f"{head}Error: this call {said}: the calls of one turn share {budget}.",
+            -1.0,
+            ("turn_time_budget",),
+            f"The calls of one turn may run {self.turn_time_budget:g} s in all: make fewer, faster calls "
+            "(one program can compute several things) and avoid sleeping or waiting.",
         )
 
     async def aclose(self) -> None:

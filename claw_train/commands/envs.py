@@ -23,17 +23,17 @@ def list_envs() -> None:
     """Print every registered env id with its family and task counts per split."""
     import claw_envs
 
-    table = Table("family", "train tasks", "test tasks")
+    table = Table("family (--env)", "track", "train tasks", "test tasks", "what it is")
     table.columns.insert(0, Column("id", no_wrap=True))
     for env_id in claw_envs.env_ids():
-        cls = claw_envs.env_class(env_id)
+        spec = claw_envs.family_spec(env_id)
         counts = []
         for split in ("train", "test"):
             try:
-                counts.append(cls.default_tasks(split).describe())
+                counts.append(claw_envs.env_class(env_id).default_tasks(split).describe())
             except Exception as err:  # a listing must not die on one family
                 counts.append(f"[red]{type(err).__name__}[/red]")
-        table.add_row(env_id, cls.family, *counts)
+        table.add_row(env_id, spec.name, spec.track, *counts, escape(spec.description))
     console.print(table)
 
 
@@ -95,7 +95,8 @@ def judge(
         env_id = claw_envs.resolve_id(env)
     except KeyError as err:
         raise typer.BadParameter(str(err.args[0]), param_hint="--env") from None
-    family = claw_envs.env_class(env_id).family
+    spec = claw_envs.family_spec(env_id)
+    family = spec.name
     policy_obj = None
     if backend == "policy":
         from claw_train.policy import PolicyError
@@ -106,7 +107,7 @@ def judge(
         except PolicyError as err:
             raise typer.BadParameter(str(err), param_hint="--model/--policy") from None
     try:
-        step_judge = judges.make_judge(backend, family=family, votes=votes, policy=policy_obj, model=judge_model)
+        step_judge = judges.make_judge(backend, family=spec, votes=votes, policy=policy_obj, model=judge_model)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--backend") from None
     env_obj = gym.make(env_id).unwrapped
@@ -114,7 +115,7 @@ def judge(
     async def episode() -> None:
         try:
             obs, info = await env_obj.areset(seed=seed)
-            prm_name, hint_name = judges.templates_for(env_obj.family)
+            prm_name, hint_name = spec.judge.prm, spec.judge.hint
             console.rule(f"[bold]{env_id}[/bold]  task {info['task_id']}  judge {backend} × {votes}")
             console.print(f"templates: {prm_name}, {hint_name}\n[cyan]observation:[/cyan] {escape(str(obs)[:300])}")
             action: str | None = "???"

@@ -1,70 +1,164 @@
-"""`claw-eval`: score a policy (or a file of responses) on held-out tasks of one env family."""
+"""`claw-eval`: score a policy (or a file of responses) on held-out tasks of any env family.
+
+Every family gets the generic evaluation (mean outcome, success rate = avg@k, pass@k, bootstrap intervals,
+one JSONL record per episode); a family's spec may name an extension that adds its own metrics. Options come
+from the config tree (:mod:`claw_train.config`).
+"""
 
 from __future__ import annotations
 
-import importlib
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Any
 
-import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
-from claw_train.evaluation import EvalOptions
+from claw_train.config import ConfigError, EvalArgs, parse, resolve
+from claw_train.progress import Progress
 
-app = typer.Typer(
-    add_completion=False, rich_markup_mode=None, help="Evaluate a policy on held-out tasks of an env family."
-)
+EXAMPLES = """\
+examples:
+  claw-eval --env conversation --persona student --eval-n 32
+  claw-eval --env toolcall --tasks aime2024 --eval-k 8 --policy openai://127.0.0.1:30000 --model Qwen/Qwen3-4B
+  claw-eval --env toolcall --tasks aime2024 --responses answers.jsonl
+  claw-eval --env terminal --model runs/terminal-combined/checkpoints/checkpoint-16
+"""
 
 
-@app.command()
-def main(
-    env: Annotated[str, typer.Option(help="Env family: conversation, toolcall, …")],
-    model: Annotated[str, typer.Option(help="'tiny', a Hugging Face id or a local path.")] = "tiny",
-    policy: Annotated[
-        str, typer.Option(help="inprocess | sglang://HOST:PORT | openai://HOST:PORT | scripted:NAME")
-    ] = "inprocess",
-    persona: Annotated[str, typer.Option(help="Conversation env: simulated user persona.")] = "student",
-    dataset: Annotated[
-        str | None, typer.Option(help="Dataset name (aime2024, gsm8k, …) or a JSONL/parquet path.")
-    ] = None,
-    split: Annotated[str, typer.Option(help="Task split to evaluate on.")] = "test",
-    n: Annotated[int, typer.Option(help="Number of problems (families with unlimited tasks).")] = 32,
-    k: Annotated[int, typer.Option(help="Samples per problem (avg@k, pass@k).")] = 1,
-    seed: Annotated[int, typer.Option(help="Sampling seed (fixed for comparable runs).")] = 0,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
-    max_new_tokens: Annotated[int, typer.Option(help="Generation budget per turn.")] = 512,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight at once.")] = 8,
-    responses: Annotated[
-        Path | None, typer.Option(help="Grade a JSONL of precomputed responses instead of running a model.")
-    ] = None,
-    output_dir: Annotated[Path | None, typer.Option(help="Where per-problem JSONL and the summary go.")] = None,
-) -> None:
-    """Run the family's evaluation and print a summary table."""
-    import claw_envs
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse options, run the family's evaluation, print a table; returns the exit code."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    console = Console(stderr=False)
+    try:
+        args = parse(EvalArgs, argv, prog="claw-eval", description=f"{EvalArgs.__doc__}\n\n{EXAMPLES}")
+        from claw_train.families import spec_for, tasks_for
+
+        spec = spec_for(args.run.env)
+        args = resolve(args, spec, command="eval")
+        tasks = tasks_for(spec, args.rollout.tasks, args.evaluation.eval_split)
+        report = _report(args, spec, tasks, console)
+    except ConfigError as err:
+        console.print(f"[red]claw-eval:[/red] {escape(str(err))}")
+        return 2
+    except _Failed as err:
+        console.print(f"[red]claw-eval:[/red] {escape(str(err))}")
+        return 1
+    from claw_train.evaluation import write_report
+
+    out_dir = args.run.output_dir or Path("runs") / "eval" / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    paths = write_report(report, out_dir)
+    console.print(summary_table(report.summary, spec.name, _extension(args, spec)))
+    console.print(f"per-episode records: {paths[0]}   summary: {paths[1]}", markup=False)
+    if report.summary.get("failed_generations") == report.summary.get("samples"):
+        first = next((r.get("generation_error") for r in report.records if r.get("generation_error")), "?")
+        console.print(f"[red]every generation failed, e.g. {escape(str(first))}[/red]")
+        return 1
+    return 0
+
+
+class _Failed(Exception):
+    """The evaluation ran but produced nothing to score (exit code 1)."""
+
+
+def _extension(args: EvalArgs, spec: Any) -> Any:
+    from claw_train.evaluation.runner import env_options, extension_for
+
+    return extension_for(spec, env_options(spec, {"persona": args.rollout.persona}))
+
+
+def _report(args: EvalArgs, spec: Any, tasks: Any, console: Console) -> Any:
+    from claw_train.evaluation import evaluate, grade_file
+    from claw_train.families import env_kwargs_for
+    from claw_train.policy.base import PolicyError, SamplingParams
+
+    ext = _extension(args, spec)
+    ev = args.evaluation
+    if args.responses is not None:
+        try:
+            return grade_file(ext, args.responses, tasks, ev.eval_k, ev.eval_seed)
+        except ValueError as err:
+            raise ConfigError(f"--responses: {err}") from None
+    policy = _policy(args, spec, ext, tasks)
+    sampling = SamplingParams(max_new_tokens=args.rollout.max_new_tokens, temperature=args.rollout.temperature)
+    total = len(ext.select(tasks, ev.eval_n)) * ev.eval_k
+    progress = Progress(f"{spec.name}: {total} episodes", total, console=console)
+
+    async def go() -> Any:
+        try:
+            return await evaluate(
+                policy,
+                spec,
+                tasks,
+                n=ev.eval_n,
+                k=ev.eval_k,
+                seed=ev.eval_seed,
+                sampling=sampling,
+                concurrency=args.rollout.rollout_workers or 8,
+                extension=ext,
+                env_kwargs=env_kwargs_for(spec, args.rollout),
+                on_episode=progress.advance,
+            )
+        finally:
+            await policy.aclose()
 
     try:
-        env_id = claw_envs.resolve_id(env)
-    except KeyError as err:
-        raise typer.BadParameter(str(err.args[0]), param_hint="--env") from None
-    family = claw_envs.env_class(env_id).family
+        with progress:
+            return asyncio.run(go())
+    except PolicyError as err:
+        raise _Failed(f"policy failed: {err}") from None
+    except ValueError as err:
+        raise _Failed(str(err)) from None
+
+
+def _policy(args: EvalArgs, spec: Any, ext: Any, tasks: Any) -> Any:
+    from claw_train.policy.base import PolicyError
+
+    policy = args.run.policy
     try:
-        module = importlib.import_module(f"claw_train.evaluation.{family}")
-    except ModuleNotFoundError:
-        typer.echo(f"claw-eval has no evaluation for the {family!r} family yet.", err=True)
-        raise typer.Exit(2) from None
-    opts = EvalOptions(
-        env=env_id,
-        model=model,
-        policy=policy,
-        persona=persona,
-        dataset=dataset,
-        split=split,
-        n=n,
-        k=k,
-        seed=seed,
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
-        concurrency=concurrency,
-        responses=responses,
-        output_dir=output_dir,
+        if policy.startswith("scripted:"):
+            from claw_train.evaluation.scripted import ScriptedPolicy
+
+            return ScriptedPolicy(ext.scripted(policy.removeprefix("scripted:"), ext.select(tasks, args.evaluation.eval_n)))
+        from claw_train.policy.loader import load_policy
+
+        return load_policy(model=args.run.model, policy=policy, family=spec.name)
+    except (PolicyError, ValueError) as err:
+        raise ConfigError(f"--policy {policy}: {err}") from None
+
+
+def summary_table(summary: dict[str, Any], family: str, ext: Any) -> Table:
+    """The table ``claw-eval`` prints: the generic metrics with intervals, then the family's rows."""
+    k = summary["k"]
+    table = Table(title=escape(f"claw-eval · {family}"))
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("95% CI (bootstrap over tasks)", justify="right")
+    table.add_row("tasks × samples", f"{summary['tasks']} × {k}", "")
+    rows = (
+        ("score", f"[bold]{ext.score_name}[/bold]", "{:.3f}"),
+        ("success_rate", f"success rate (avg@{k})", "{:.1%}"),
+        ("pass_at_k", f"pass@{k}", "{:.1%}"),
     )
-    raise typer.Exit(module.run(opts))
+    for key, label, fmt in rows:
+        low, high = summary[f"{key}_ci95"]
+        table.add_row(label, fmt.format(summary[key]), f"{fmt.format(low)} – {fmt.format(high)}")
+    for label, value in ext.rows(summary):
+        table.add_row(escape(label), value, "")
+    if summary.get("infra_failures"):
+        table.add_row("[red]infrastructure failures (not counted)[/red]", str(summary["infra_failures"]), "")
+    if summary.get("failed_generations"):
+        table.add_row("[red]failed generations (empty replies)[/red]", str(summary["failed_generations"]), "")
+    if summary["k"] != summary["k_requested"]:
+        table.add_row(f"[yellow]k lowered from {summary['k_requested']}[/yellow]", "fewest samples per task", "")
+    return table
+
+
+def app() -> None:
+    """Console entry point."""
+    sys.exit(main())

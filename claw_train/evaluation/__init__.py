@@ -1,26 +1,7 @@
-"""Held-out evaluation, one module per env family; each exposes ``run(options) -> int`` for ``claw-eval``."""
+"""Held-out evaluation for every env family: :func:`evaluate` (the generic evaluator, extended by the family's
+:class:`~claw_envs.evaluation.Evaluation`), the metrics, and ``claw-eval``'s body (:func:`run`)."""
 
-from __future__ import annotations
+from claw_train.evaluation.metrics import bootstrap_ci, pass_at_k, summarize
+from claw_train.evaluation.runner import EvalReport, evaluate, extension_for, grade_file, write_report
 
-from dataclasses import dataclass
-from pathlib import Path
-
-
-@dataclass
-class EvalOptions:
-    """Everything ``claw-eval`` accepts; a family reads the fields that apply to it."""
-
-    env: str
-    model: str = "tiny"
-    policy: str = "inprocess"
-    persona: str = "student"
-    dataset: str | None = None
-    split: str = "test"
-    n: int = 32
-    k: int = 1
-    seed: int = 0
-    temperature: float = 1.0
-    max_new_tokens: int = 512
-    concurrency: int = 8
-    responses: Path | None = None
-    output_dir: Path | None = None
+__all__ = ["EvalReport", "bootstrap_ci", "evaluate", "extension_for", "grade_file", "pass_at_k", "summarize", "write_report"]

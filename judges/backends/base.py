@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from claw_envs.core import NextState
+from claw_envs.retry import delay, retry_async
 from judges.metrics import JudgeMetrics
 
 Kind = Literal["prm", "hint"]
@@ -153,40 +154,48 @@ class ResilientBackend(JudgeBackend):
     @property
     def worst_case_seconds(self) -> float:
         """The longest one :meth:`complete` call can take: every attempt timing out, with backoff between."""
-        waits = sum(min(self.backoff * 2**k, self.max_backoff) for k in range(self.retries))
+        waits = sum(delay(k, self.backoff, self.max_backoff) for k in range(self.retries))
         return self.timeout * (self.retries + 1) + waits
 
     async def _attempt(self, request: JudgeRequest) -> str:
         raise NotImplementedError
 
     async def complete(self, request: JudgeRequest) -> str:
-        last: BackendError | None = None
-        for attempt in range(self.retries + 1):
+        failed: list[BackendError] = []
+        final: list[BackendError] = []  # an error not to retry, whatever its kind
+
+        async def attempt() -> str:
             if not self.breaker.allow():
-                if last is not None:  # the breaker opened during these retries: report the real failure
-                    raise last
+                if failed:  # the breaker opened during these retries: report the real failure
+                    final.append(failed[-1])
+                    raise failed[-1]
                 self.metrics.inc("circuit_rejections")
                 raise BackendError("circuit_open", f"{self.name} judge is unavailable after repeated failures")
-            if attempt:
+            if failed:
                 self.metrics.inc("retries")
             self.metrics.inc("requests")
             try:
                 async with asyncio.timeout(self.timeout):
                     text = await self._attempt(request)
             except TimeoutError:
-                last = BackendError("timeout", f"no answer within {self.timeout:g}s", retryable=True)
-            except BackendError as err:
-                last = err
-            except Exception as err:  # a backend bug must not escape into the training loop
-                last = BackendError("backend", f"{type(err).__name__}: {err}")
+                err = BackendError("timeout", f"no answer within {self.timeout:g}s", retryable=True)
+            except BackendError as raised:
+                err = raised
+            except Exception as bug:  # a backend bug must not escape into the training loop
+                err = BackendError("backend", f"{type(bug).__name__}: {bug}")
             else:
                 self.breaker.record_success()
                 return text
-            self.metrics.inc(_COUNTER_FOR[last.kind])
+            failed.append(err)
+            self.metrics.inc(_COUNTER_FOR[err.kind])
             if self.breaker.record_failure():
                 self.metrics.inc("circuit_opened")
-            if not last.retryable or attempt == self.retries:
-                break
-            await asyncio.sleep(min(self.backoff * 2**attempt, self.max_backoff))
-        assert last is not None
-        raise last
+            raise err
+
+        return await retry_async(
+            attempt,
+            retries=self.retries,
+            backoff=self.backoff,
+            cap=self.max_backoff,
+            retry_on=lambda err: isinstance(err, BackendError) and err.retryable and not final,
+        )

@@ -2,7 +2,8 @@
 
 Score: the sign of ``next_state.evaluative.score``; when that is 0, patterns in the reply (thanks vs.
 re-ask / correction / error text); failing those, a ``directive`` (the env saying what to change) counts
-against the action. Hint: the ``directive`` turned into an instruction for next time.
+against the action unless the family's spec says a directive may accompany a fine move
+(``JudgeTemplates.directive_is_negative``). Hint: the ``directive`` turned into an instruction for next time.
 The answers are written in the same format a model judge uses (``\\boxed{…}``, ``[HINT_START]…``), so
 they go through the same parsing, voting and logging.
 """
@@ -51,7 +52,7 @@ IMPERATIVE_STARTS = frozenset(
 )
 
 
-def rule_score(next_state: NextState) -> tuple[int, str]:
+def rule_score(next_state: NextState, *, directive_is_negative: bool = True) -> tuple[int, str]:
     """A score in {-1, 0, 1} and the reason for it, from the env's own signal or, failing that, the text."""
     score = next_state.evaluative.score
     tags = ", ".join(next_state.evaluative.tags)
@@ -67,7 +68,7 @@ def rule_score(next_state: NextState) -> tuple[int, str]:
     match = POSITIVE_PATTERN.search(text)
     if match:
         return 1, f"the reply reads as approval ({match.group(0)!r})"
-    if next_state.directive and next_state.directive.strip():
+    if directive_is_negative and next_state.directive and next_state.directive.strip():
         return -1, "the environment said what the action should have done differently"
     return 0, "the reply carries no clear signal either way"
 
@@ -95,8 +96,9 @@ class RulesBackend(JudgeBackend):
     name = "rules"
     uses_prompt = False
 
-    def __init__(self, metrics: JudgeMetrics | None = None):
+    def __init__(self, metrics: JudgeMetrics | None = None, *, directive_is_negative: bool = True):
         super().__init__(metrics)
+        self.directive_is_negative = directive_is_negative
 
     @property
     def worst_case_seconds(self) -> float:
@@ -106,7 +108,7 @@ class RulesBackend(JudgeBackend):
         self.metrics.inc("requests")
         ns = request.next_state
         if request.kind == "prm":
-            score, reason = rule_score(ns)
+            score, reason = rule_score(ns, directive_is_negative=self.directive_is_negative)
             return f"Rule judge: {reason}.\n\\boxed{{{score}}}"
         hint = directive_to_hint(ns.directive)
         if hint is None:

@@ -1,0 +1,439 @@
+"""The one config tree. ``claw-train``, ``claw-eval`` and ``claw-serve`` generate their options and ``--help``
+from these dataclasses (with `tyro <https://brentyi.github.io/tyro/>`_); each option is declared once, and the
+same name means the same thing in every command.
+
+* :class:`RunConfig` — what runs and where (all three commands)
+* :class:`RolloutConfig` — tasks, env options and sampling (all three)
+* :class:`TrainingConfig` — method, judge, optimizer, LoRA, checkpoints (``claw-train``, ``claw-serve``)
+* :class:`EvalConfig` — held-out evaluation (``claw-train``, ``claw-eval``)
+* :class:`ServingConfig` — the HTTP side (``claw-serve``)
+
+A field whose default is ``None`` takes the env family's value (its :class:`~claw_envs.FamilySpec`) or the
+command's, as its doc says; :func:`resolve` fills them in. ``--config file.yaml`` holds any option by its
+underscored name (``votes: 3``, ``judge_options: {timeout: 30}``); giving an option both there and on the
+command line with different values is an error. :func:`grpo_config` builds the trainer's ``GRPOConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+import tyro
+
+if TYPE_CHECKING:
+    from claw_envs import FamilySpec
+
+Method = Literal["binary", "opd", "combined"]
+METHODS: tuple[str, ...] = ("binary", "opd", "combined")
+TRAIN_UPDATES = 16
+TRAIN_STALENESS = 2
+SERVE_STALENESS = 8
+
+
+class ConfigError(ValueError):
+    """A bad option: unknown, malformed, out of range or given twice (the message names it)."""
+
+
+@dataclass
+class RunConfig:
+    """What runs and where its files go."""
+
+    env: str = "conversation"
+    """Env family: a name from `claw-envs list` (built-in or a plugin's)."""
+    model: str = "tiny"
+    """'tiny' (the offline CPU model), a Hugging Face id or a local model directory."""
+    policy: str = "inprocess"
+    """inprocess | sglang://HOST:PORT[,HOST:PORT] | openai://HOST:PORT (claw-eval) | scripted:NAME (claw-eval)."""
+    output_dir: Path | None = None
+    """Run directory; None: runs/<env>-<method>, runs/serve or runs/eval/<env>-<time>."""
+    seed: int = 0
+    """Seed for episodes and the trainer."""
+
+
+@dataclass
+class RolloutConfig:
+    """Tasks, env options and sampling."""
+
+    tasks: str | None = None
+    """Your own tasks, read by the family's loader: a dataset name, a file (JSONL/parquet) or a task folder; None: the built-in tasks."""
+    persona: str = "student"
+    """Simulated user of personal-track envs that take one (a built-in name or a YAML file)."""
+    env_kwargs: dict[str, str] = field(default_factory=dict)
+    """Extra env constructor arguments, KEY VALUE pairs (values read as YAML scalars)."""
+    temperature: float = 1.0
+    """Sampling temperature (training needs > 0)."""
+    max_new_tokens: int | None = None
+    """Generation budget per turn; None: the family's."""
+    max_turns: int | None = None
+    """Turn limit per episode; None: the family's, else the env's."""
+    rollout_workers: int | None = None
+    """Episodes (personal track) or task groups (agent track) in flight at once; None: the family's."""
+
+
+@dataclass
+class TrainingConfig:
+    """How the policy learns."""
+
+    method: Method | None = None
+    """binary | opd | combined; None: the family's."""
+    updates: int | None = None
+    """Optimizer updates to run; None: 16 for claw-train, claw-serve trains until stopped."""
+    judge: str = "rules"
+    """rules | policy | openai://HOST:PORT[/v1]."""
+    votes: int = 3
+    """Judge votes per step (majority)."""
+    judge_workers: int = 8
+    """Turns judged at once."""
+    judge_options: dict[str, str] = field(default_factory=dict)
+    """Judge backend options, KEY VALUE pairs (timeout, retries, backoff, temperature, max_tokens)."""
+    samples_per_step: int = 16
+    """Judged samples per optimizer update."""
+    max_staleness: int | None = None
+    """Train on a sample at most this many versions after the one that wrote it; None: 2, claw-serve 8."""
+    in_flight_batches: int = 1
+    """Turns generated but not yet trained, in batches of samples_per_step."""
+    group_size: int | None = None
+    """Agent track: episodes per task, normalised together by step index; None: the family's."""
+    w_rl: float = 1.0
+    """Weight of the PRM score in combined advantages."""
+    w_opd: float = 1.0
+    """Weight of the teacher-minus-old log-prob gap in combined advantages."""
+    prm_c: float = 1.0
+    """Agent track: reward = outcome + prm_c * PRM score."""
+    lr: float | None = None
+    """Learning rate; None: the model's preset."""
+    lora: bool = False
+    """Train LoRA adapters (PEFT) instead of all weights."""
+    lora_rank: int = 16
+    """LoRA rank r."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    lora_targets: str = "all-linear"
+    """Modules that get adapters: all-linear or comma-separated names (q_proj,v_proj)."""
+    checkpoint_every: int = 4
+    """Checkpoint every K updates."""
+    resume: bool = False
+    """Continue the run in --output-dir from its last checkpoint."""
+    policy_retries: int = 3
+    """Retries of a failing policy call before the run stops."""
+    report_to: str = "tensorboard"
+    """Where TRL reports metrics: tensorboard | wandb | none."""
+    trainer: dict[str, str] = field(default_factory=dict)
+    """Further GRPOConfig fields, KEY VALUE pairs (values read as YAML scalars)."""
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation."""
+
+    eval_n: int = 32
+    """Held-out tasks per evaluation."""
+    eval_k: int = 1
+    """Samples per task (avg@k, pass@k)."""
+    eval_seed: int = 1234
+    """Seed of the evaluation's episodes and sampling (fixed, so evaluations compare)."""
+    eval_split: str = "test"
+    """Task split to evaluate on."""
+
+
+@dataclass
+class ServingConfig:
+    """The HTTP side of claw-serve."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on."""
+    port: int = 8000
+    """Port (0: any free port)."""
+    served_model: str = ""
+    """The model name /v1/models lists; empty: --model."""
+    session_timeout: float = 1800.0
+    """Seconds of silence that close a session's last turn (not trained)."""
+    request_timeout: float = 120.0
+    """Seconds before a request the policy has not answered is a 503."""
+    train: bool = True
+    """Learn from sessions (--no-train: only serve)."""
+
+
+# sections appear in a command's --help under their own heading, their options without a prefix
+RunSection = Annotated[RunConfig, tyro.conf.OmitArgPrefixes]
+RolloutSection = Annotated[RolloutConfig, tyro.conf.OmitArgPrefixes]
+TrainingSection = Annotated[TrainingConfig, tyro.conf.OmitArgPrefixes]
+EvalSection = Annotated[EvalConfig, tyro.conf.OmitArgPrefixes]
+ServingSection = Annotated[ServingConfig, tyro.conf.OmitArgPrefixes]
+
+
+@dataclass
+class TrainArgs:
+    """claw-train: learn online from next-state signals (Binary RL, OPD, Combined)."""
+
+    run: RunSection = field(default_factory=RunConfig)
+    rollout: RolloutSection = field(default_factory=RolloutConfig)
+    training: TrainingSection = field(default_factory=TrainingConfig)
+    evaluation: EvalSection = field(default_factory=EvalConfig)
+    eval_every: int | None = None
+    """Held-out evaluation every N updates, 0: never; None: the family's."""
+    eval_at: tuple[int, ...] = ()
+    """Evaluate exactly at these updates instead of every --eval-every."""
+    sync: bool = False
+    """Roll out, judge and train one after another (for comparison)."""
+    display: bool = True
+    """Live status display on a terminal (plain progress lines otherwise)."""
+    config: Path | None = None
+    """YAML file with any of these options by underscored name."""
+
+
+@dataclass
+class EvalArgs:
+    """claw-eval: score a policy (or a file of responses) on held-out tasks of an env family."""
+
+    run: RunSection = field(default_factory=RunConfig)
+    rollout: RolloutSection = field(default_factory=RolloutConfig)
+    evaluation: EvalSection = field(default_factory=EvalConfig)
+    responses: Path | None = None
+    """Grade a JSONL of precomputed responses instead of running a policy (families that support it)."""
+    config: Path | None = None
+    """YAML file with any of these options by underscored name."""
+
+
+@dataclass
+class ServeArgs:
+    """claw-serve: an OpenAI-compatible chat server that learns from the conversations it serves."""
+
+    run: RunSection = field(default_factory=RunConfig)
+    rollout: RolloutSection = field(default_factory=RolloutConfig)
+    training: TrainingSection = field(default_factory=TrainingConfig)
+    serving: ServingSection = field(default_factory=ServingConfig)
+    config: Path | None = None
+    """YAML file with any of these options by underscored name."""
+
+
+Args = TypeVar("Args", TrainArgs, EvalArgs, ServeArgs)
+
+
+# -- the options as a flat table ------------------------------------------------------------------
+
+
+def options(cls: type) -> dict[str, tuple[str | None, dataclasses.Field[Any]]]:
+    """Every option of a command's args class: ``name -> (section attribute or None, field)``."""
+    table: dict[str, tuple[str | None, dataclasses.Field[Any]]] = {}
+    for f in dataclasses.fields(cls):
+        section = _section_type(f)
+        if section is None:
+            table[f.name] = (None, f)
+        else:
+            table.update({g.name: (f.name, g) for g in dataclasses.fields(section)})
+    return table
+
+
+def _section_type(f: dataclasses.Field[Any]) -> type | None:
+    factory = f.default_factory
+    return factory if isinstance(factory, type) and dataclasses.is_dataclass(factory) else None
+
+
+def get(args: Any, name: str) -> Any:
+    """The value of option ``name`` in an args object."""
+    section, f = options(type(args))[name]
+    return getattr(getattr(args, section) if section else args, f.name)
+
+
+def replace(args: Args, **values: Any) -> Args:
+    """A copy of ``args`` with options set by name (``replace(args, method="opd", updates=2)``)."""
+    table = options(type(args))
+    by_section: dict[str | None, dict[str, Any]] = {}
+    for name, value in values.items():
+        if name not in table:
+            raise ConfigError(_unknown(name, table))
+        by_section.setdefault(table[name][0], {})[name] = value
+    top = by_section.pop(None, {})
+    for section, changes in by_section.items():
+        top[section] = dataclasses.replace(getattr(args, section), **changes)
+    return dataclasses.replace(args, **top)
+
+
+def as_flat_dict(args: Any) -> dict[str, Any]:
+    """Every option by name (what run.json records)."""
+    return {name: get(args, name) for name in options(type(args))}
+
+
+def _unknown(name: str, table: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(table), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; valid: {', '.join(sorted(table))}"
+    return f"unknown option {name!r}{hint}"
+
+
+# -- reading the command line and a YAML file -----------------------------------------------------
+
+
+def load_yaml(path: Path, cls: type) -> dict[str, Any]:
+    """The options in a ``--config`` YAML file, checked against ``cls``'s options."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"--config {path}: cannot read it: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: must hold a mapping of options, not {type(data).__name__}")
+    table = options(cls)
+    values = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name == "config" or name not in table:
+            raise ConfigError(f"--config {path}: {_unknown(name, table)}")
+        values[name] = value
+    return values
+
+
+def parse(
+    cls: type[Args], argv: Sequence[str] | None = None, *, prog: str | None = None, description: str | None = None
+) -> Args:
+    """Parse a command line (``sys.argv[1:]`` by default) into ``cls``; ``--config`` values fill in first.
+
+    Exits with tyro's message on a malformed command line; raises :class:`ConfigError` for a bad YAML file or
+    an option given in both places with different values.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path = _config_path(argv)
+    from_file = load_yaml(path, cls) if path is not None else {}
+    default = replace(cls(), **from_file, config=path) if from_file or path else cls()
+    args = tyro.cli(cls, args=argv, default=default, prog=prog, description=description)
+    for name, value in from_file.items():
+        given = get(args, name)
+        if _normalised(given) != _normalised(value):
+            raise ConfigError(
+                f"--{name.replace('_', '-')} is {given!r} on the command line but {value!r} in {path}; give it once"
+            )
+    return args
+
+
+def _config_path(argv: Sequence[str]) -> Path | None:
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--config="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def _normalised(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    return value
+
+
+# -- defaults that depend on the family or the command --------------------------------------------
+
+
+def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "serve"]) -> Args:
+    """``args`` with every ``None`` default filled in from the family's spec and the command, checked."""
+    fam = spec.training
+    values: dict[str, Any] = {
+        "max_new_tokens": fam.max_new_tokens,
+        "max_turns": fam.max_turns,
+        "rollout_workers": fam.rollout_workers,
+    }
+    if command != "eval":
+        values |= {
+            "method": fam.method,
+            "group_size": fam.group_size,
+            "updates": TRAIN_UPDATES if command == "train" else 1_000_000,
+            "max_staleness": TRAIN_STALENESS if command == "train" else SERVE_STALENESS,
+        }
+    if command == "train":
+        values["eval_every"] = fam.eval_every
+    table = options(type(args))
+    filled = {k: v for k, v in values.items() if k in table and get(args, k) is None}
+    out = replace(args, **filled)
+    check(out)
+    return out
+
+
+def check(args: Any) -> None:
+    """Range checks that apply whatever the command (raises :class:`ConfigError` naming the option)."""
+    table = options(type(args))
+    positive = ("updates", "samples_per_step", "rollout_workers", "judge_workers", "group_size", "votes", "eval_n")
+    for name in positive:
+        value = get(args, name) if name in table else None
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    for name in ("eval_every", "max_staleness", "policy_retries", "eval_k"):
+        value = get(args, name) if name in table else None
+        if value is not None and value < (1 if name == "eval_k" else 0):
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= {1 if name == 'eval_k' else 0}, got {value}")
+    if "checkpoint_every" in table and get(args, "checkpoint_every") < 1:
+        raise ConfigError(f"--checkpoint-every must be at least 1, got {get(args, 'checkpoint_every')}")
+    if get(args, "temperature") <= 0 and "method" in table:
+        raise ConfigError(f"--temperature must be > 0 for training (log-probs need it), got {get(args, 'temperature')}")
+    method = get(args, "method") if "method" in table else None
+    if method is not None and method not in METHODS:
+        raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
+
+
+def yaml_values(pairs: Mapping[str, Any]) -> dict[str, Any]:
+    """KEY VALUE options (``--trainer``, ``--env-kwargs``, ``--judge-options``) with values read as YAML scalars."""
+    import yaml
+
+    out = {}
+    for key, value in pairs.items():
+        out[key] = yaml.safe_load(value) if isinstance(value, str) else value
+    return out
+
+
+# -- the trainer's GRPOConfig ---------------------------------------------------------------------
+
+
+def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed: int, temperature: float) -> Any:
+    """The trainer's :class:`~claw_train.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
+    options, then ``--trainer`` extras."""
+    from claw_train.trainer import ClawConfig
+
+    values: dict[str, Any] = {
+        "method": training.method,
+        "w_rl": training.w_rl,
+        "w_opd": training.w_opd,
+        "prm_c": training.prm_c,
+        "max_staleness": training.max_staleness,
+        "samples_per_step": training.samples_per_step,
+        "per_device_train_batch_size": training.samples_per_step,
+        "temperature": temperature,
+        "max_steps": training.updates,
+        "save_steps": training.checkpoint_every,
+        "report_to": training.report_to,
+        "seed": seed,
+        "logging_dir": str(output_dir / "tensorboard"),
+    }
+    if training.lr is not None:
+        values["learning_rate"] = training.lr
+    values |= yaml_values(training.trainer)
+    try:
+        return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
+    except TypeError as err:
+        raise ConfigError(f"--trainer: {err}") from None
+
+
+def lora_config(training: TrainingConfig) -> Any:
+    """PEFT's ``LoraConfig`` for ``--lora`` (None without it)."""
+    if not training.lora:
+        return None
+    from peft import LoraConfig
+
+    targets: str | list[str] = training.lora_targets
+    if targets != "all-linear":
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    return LoraConfig(
+        r=training.lora_rank,
+        lora_alpha=training.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )

@@ -1,0 +1,54 @@
+"""From run options to a family's parts: its spec, its tasks (``--tasks`` or the built-in ones) and the keyword
+arguments its env is built with. Everything family-specific comes from the :class:`~claw_envs.FamilySpec`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import claw_envs
+from claw_envs import FamilySpec
+from claw_envs.spec import resolve
+from claw_envs.tasks import TaskSource
+from claw_train.config import ConfigError, RolloutConfig, yaml_values
+
+
+def spec_for(env: str) -> FamilySpec:
+    """The spec of ``--env`` (a family name or id); :class:`ConfigError` lists the registered ones."""
+    try:
+        return claw_envs.family_spec(env)
+    except KeyError as err:
+        raise ConfigError(f"--env: {err.args[0]}") from None
+
+
+def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:
+    """``--tasks`` read by the family's loader, or the family's built-in tasks of ``split``."""
+    if source is None:
+        return claw_envs.env_class(spec.env_id).default_tasks(split)
+    if spec.load_tasks is None:
+        raise ConfigError(f"--tasks: the {spec.name!r} family declares no task loader (FamilySpec.load_tasks)")
+    try:
+        tasks = resolve(spec.load_tasks)(source, split=split)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"--tasks {source}: {err}") from None
+    except Exception as err:  # a hub dataset without network, a missing optional package
+        raise ConfigError(f"--tasks {source}: cannot load it: {type(err).__name__}: {err}") from None
+    if len(tasks) == 0:
+        raise ConfigError(f"--tasks {source}: no tasks in split {split!r}")
+    return tasks
+
+
+def env_kwargs_for(spec: FamilySpec, rollout: RolloutConfig) -> dict[str, Any]:
+    """Constructor arguments for the family's env: ``--env-kwargs``, the options it takes by name, ``--max-turns``."""
+    kwargs = yaml_values(rollout.env_kwargs)
+    for name in spec.env_options:
+        value = getattr(rollout, name, None)
+        if value is not None:
+            kwargs.setdefault(name, value)
+    if rollout.max_turns is not None:
+        kwargs.setdefault("max_turns", rollout.max_turns)
+    return kwargs
+
+
+def max_turns_of(spec: FamilySpec, rollout: RolloutConfig) -> int:
+    """The turn limit episodes run under: ``--max-turns``, else the env's own default."""
+    return int(rollout.max_turns or claw_envs.env_class(spec.env_id).default_max_turns)
