@@ -316,6 +316,21 @@ def step_history(messages: Sequence[Message], *, width: int = 300, limit: int = 
     return "\n".join(lines)[-limit:]
 
 
+def hinted_messages(messages: Sequence[Message], hint: str) -> list[Message]:
+    """``messages`` with ``hint`` appended to the last user message as ``"\\n\\n[Note: <hint>]"``.
+
+    The one format for hints everywhere (demonstrations, the OPD teacher prompt). Nothing is changed in
+    place; with no user message, the note becomes a new user message.
+    """
+    out = [dict(m) for m in messages]
+    note = f"[Note: {hint.strip()}]"
+    for m in reversed(out):
+        if m.get("role") == "user":
+            m["content"] = f"{m.get('content') or ''}\n\n{note}"
+            return out
+    return [*out, {"role": "user", "content": note}]
+
+
 def coerce_action(action: Any) -> str:
     """Turn whatever the agent produced into text (bytes are decoded with replacement)."""
     if isinstance(action, str):

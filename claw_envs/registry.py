@@ -51,6 +51,11 @@ def env_ids() -> list[str]:
     return sorted(_SPECS)
 
 
+def specs() -> list[FamilySpec]:
+    """Every registered spec, in registration order (built-in families first)."""
+    return list(_SPECS.values())
+
+
 def family_spec(name: str) -> FamilySpec:
     """The spec of a family given by name (``toolcall``), short id (``ToolCall-v0``) or id."""
     return _SPECS[resolve_id(name)]

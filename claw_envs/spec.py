@@ -79,7 +79,7 @@ class FamilySpec:
     evaluation: str | None = None
     """``"module:Class"``: an evaluation extension (extra per-task fields and metrics); None: the generic one."""
     live: str | None = None
-    """Personal track: ``"module:function"`` turning a served chat's new messages into a ``NextState``."""
+    """Personal track: ``"module:Class"`` reading a served chat: ``next_state(...)`` and ``tool_calls(...)``."""
     env_options: tuple[str, ...] = ()
     """Run options passed to the env constructor by name (e.g. ``persona``)."""
     description: str = ""

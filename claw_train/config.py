@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,8 +45,9 @@ class ConfigError(ValueError):
 class RunConfig:
     """What runs and where its files go."""
 
-    env: str = "conversation"
-    """Env family: a name from `claw-envs list` (built-in or a plugin's)."""
+    env: str | None = None
+    """Env family, a name from `claw-envs list` (built-in or a plugin's); claw-serve: None serves the first
+    personal-track family."""
     model: str = "tiny"
     """'tiny' (the offline CPU model), a Hugging Face id or a local model directory."""
     policy: str = "inprocess"
@@ -61,7 +63,7 @@ class RolloutConfig:
     """Tasks, env options and sampling."""
 
     tasks: str | None = None
-    """Your own tasks, read by the family's loader: a dataset name, a file (JSONL/parquet) or a task folder; None: the built-in tasks."""
+    """Your own tasks, read by the family's loader: a dataset name, a file or a task folder; None: the built-in ones."""
     persona: str = "student"
     """Simulated user of personal-track envs that take one (a built-in name or a YAML file)."""
     env_kwargs: dict[str, str] = field(default_factory=dict)
@@ -358,6 +360,15 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
     return out
 
 
+def build(cls: type[Args], *, command: Literal["train", "eval", "serve"], **values: Any) -> Args:
+    """Options for a run from Python (tests, notebooks): ``build(TrainArgs, command="train", env="echo", updates=2)``
+    sets options by name and resolves the family's defaults, exactly as the command line does."""
+    from claw_train.families import spec_for
+
+    args = replace(cls(), **values)
+    return resolve(args, spec_for(args.run.env, personal=command == "serve"), command=command)
+
+
 def check(args: Any) -> None:
     """Range checks that apply whatever the command (raises :class:`ConfigError` naming the option)."""
     table = options(type(args))
@@ -394,7 +405,8 @@ def yaml_values(pairs: Mapping[str, Any]) -> dict[str, Any]:
 
 def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed: int, temperature: float) -> Any:
     """The trainer's :class:`~claw_train.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
-    options, then ``--trainer`` extras."""
+    options, then ``--trainer`` extras. TensorBoard writes to ``<output_dir>/tensorboard``."""
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(output_dir / "tensorboard")
     from claw_train.trainer import ClawConfig
 
     values: dict[str, Any] = {
@@ -410,7 +422,6 @@ def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed:
         "save_steps": training.checkpoint_every,
         "report_to": training.report_to,
         "seed": seed,
-        "logging_dir": str(output_dir / "tensorboard"),
     }
     if training.lr is not None:
         values["learning_rate"] = training.lr

@@ -12,12 +12,22 @@ from claw_envs.tasks import TaskSource
 from claw_train.config import ConfigError, RolloutConfig, yaml_values
 
 
-def spec_for(env: str) -> FamilySpec:
-    """The spec of ``--env`` (a family name or id); :class:`ConfigError` lists the registered ones."""
+def spec_for(env: str | None, *, personal: bool = False) -> FamilySpec:
+    """The spec of ``--env`` (a family name or id; ``personal``: None means the first personal-track family);
+    :class:`ConfigError` lists the registered ones."""
+    names = ", ".join(s.name for s in claw_envs.registry.specs())
+    if env is None:
+        first = next((s for s in claw_envs.registry.specs() if s.track == "personal"), None)
+        if not personal or first is None:
+            raise ConfigError(f"--env is required; registered families: {names}")
+        return first
     try:
-        return claw_envs.family_spec(env)
+        spec = claw_envs.family_spec(env)
     except KeyError as err:
         raise ConfigError(f"--env: {err.args[0]}") from None
+    if personal and spec.track != "personal":
+        raise ConfigError(f"--env {spec.name}: claw-serve serves personal-track families, not {spec.track}")
+    return spec
 
 
 def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:

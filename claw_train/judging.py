@@ -66,7 +66,7 @@ class SampleMaker:
         """``log π(a_t | s + hint)`` over the turn's generated tokens (a prefill on the serving policy)."""
         if hint is None or self.method == "binary":
             return None
-        from claw_envs.conversation.demos import hinted_messages
+        from claw_envs.core import hinted_messages
         from claw_train.policy.inprocess import render_prompt
 
         try:

@@ -75,7 +75,8 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     for e in summary.get("evals", []):
         table.add_row(
             f"eval @ update {e['update']}",
-            f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  (valid {e.get('valid_rate', 0):.0%})",
+            f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  (success {e.get('success_rate', 0):.0%}"
+            + (f", valid {e['valid_rate']:.0%})" if "valid_rate" in e else ")"),
         )
     if summary.get("checkpoint"):
         table.add_row("checkpoint", str(summary["checkpoint"]))

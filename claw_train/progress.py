@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -25,6 +27,7 @@ class Progress:
         self._job: Any = None
         self._started = 0.0
         self._last_line = 0.0
+        self.note = ""
 
     def __enter__(self) -> Progress:
         self._started = self._last_line = time.monotonic()
@@ -45,12 +48,13 @@ class Progress:
             self.console.print(f"{self.title}: started ({self.total or '?'} to do)", markup=False, highlight=False)
         return self
 
-    def advance(self, n: int = 1) -> None:
-        """Count ``n`` more units done."""
+    def advance(self, n: int = 1, *, note: str = "") -> None:
+        """Count ``n`` more units done (``note``: a short status such as the loss)."""
         with self._lock:
             self.done += n
+            self.note = note or self.note
             if self._bar is not None:
-                self._bar.advance(self._job, n)
+                self._bar.update(self._job, advance=n, description=f"{self.title}  {self.note}".rstrip())
                 return
             now = time.monotonic()
             if now - self._last_line >= self.every:
@@ -66,10 +70,20 @@ class Progress:
         text += f", elapsed {elapsed:.0f} s"
         if self.total and self.done:
             text += f", ETA {elapsed / self.done * (self.total - self.done):.0f} s"
-        return text
+        return f"{text}  {self.note}" if self.note else text
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
         else:
             self.console.print(f"{self.line()} — done" if not exc[0] else self.line(), markup=False, highlight=False)
+
+
+@contextlib.contextmanager
+def optional_progress(enabled: bool, title: str, total: int) -> Iterator[Callable[[str], None]]:
+    """``with optional_progress(show, title, total) as advance: advance(note)`` — a :class:`Progress`, or nothing."""
+    if not enabled:
+        yield lambda _note: None
+        return
+    with Progress(title, total) as bar:
+        yield lambda note: bar.advance(note=note)

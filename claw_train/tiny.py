@@ -16,7 +16,6 @@ file lock keeps two processes from building the same thing at once.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import hashlib
@@ -86,8 +85,8 @@ class BootstrapSettings:
     lead_weight: float = 4.0
 
 
-FAMILY_ENV_IDS = {"echo": "claw/Echo-v0", "conversation": "claw/Conversation-v0", "toolcall": "claw/ToolCall-v0"}
-"""Built-in families whose demonstrations also feed the tokenizer corpus (when registered)."""
+class NoDemonstrations(ValueError):
+    """The family has no demonstrations to bootstrap on (its env does not implement ``demonstrations``)."""
 
 
 # -- public API ------------------------------------------------------------------------------
@@ -155,6 +154,8 @@ def demonstrations(env_id: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
     env = gym.make(env_id)
     try:
         rows = env.unwrapped.demonstrations(n, seed)
+    except NotImplementedError as err:
+        raise NoDemonstrations(f"{env_id} has no demonstrations: {err}") from None
     finally:
         env.close()
     if not rows:
@@ -175,19 +176,14 @@ def chat_template() -> str:
 @functools.lru_cache(maxsize=1)
 def tokenizer_corpus() -> tuple[str, ...]:
     """The text the tokenizer is trained on: generated prose, markdown, code, tool calls and the
-    registered built-in families' demonstrations. Deterministic (computed once per process)."""
-    rng = random.Random(1234)
-    texts = [_sentence(rng) for _ in range(3000)]
-    texts += [_markdown(rng) for _ in range(300)]
-    texts += [_code(rng) for _ in range(300)]
-    texts += [_tool_call(rng) for _ in range(300)]
-    texts += ["".join(chr(rng.randrange(32, 0x250)) for _ in range(40)) for _ in range(50)]
-    texts += [" ".join(rng.choice(_UNICODE_WORDS) for _ in range(8)) for _ in range(100)]
+    demonstrations of the families whose spec asks for it (``tokenizer_corpus``), in registration order.
+    Deterministic (computed once per process)."""
+    from claw_train.tiny_text import generated_text
+
+    texts = generated_text()
     import claw_envs
 
-    for env_id in FAMILY_ENV_IDS.values():
-        if env_id not in claw_envs.env_ids():
-            continue
+    for env_id in [s.env_id for s in claw_envs.registry.specs() if s.tokenizer_corpus]:
         try:
             rows = demonstrations(env_id, 300, seed=0)
         except Exception as err:  # a broken family must not break the tiny model; its text is just missing
@@ -290,6 +286,8 @@ def _sft(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from claw_train.progress import optional_progress
+
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     rows = [_encode_example(tokenizer, ex, s.max_length) for ex in examples]
@@ -310,7 +308,7 @@ def _sft(
     pad_id = tokenizer.pad_token_id
     started = time.monotonic()
     losses: list[float] = []
-    with _progress(progress, f"bootstrapping tiny on {env_id}", s.steps) as advance:
+    with optional_progress(progress, f"bootstrapping tiny on {env_id}", s.steps) as advance:
         for step, batch in zip(range(s.steps), _batches(rows, s.batch_size, rng), strict=False):
             ids, labels, mask, weights = _collate(batch, pad_id, s.lead_tokens, s.lead_weight)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
@@ -441,82 +439,7 @@ def _source() -> str:
 def _resolve_family(family: str) -> str:
     import claw_envs
 
-    if family in FAMILY_ENV_IDS and FAMILY_ENV_IDS[family] in claw_envs.env_ids():
-        return FAMILY_ENV_IDS[family]
     try:
         return claw_envs.resolve_id(family)
     except KeyError as err:
         raise ValueError(f"unknown family {family!r}; registered envs: {', '.join(claw_envs.env_ids())}") from err
-
-
-@contextlib.contextmanager
-def _progress(enabled: bool, title: str, total: int) -> Iterator[Any]:
-    if not enabled:
-        yield lambda _text: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[note]}"),
-    ) as bar:
-        task = bar.add_task(title, total=total, note="")
-        yield lambda text: bar.update(task, advance=1, note=text)
-
-
-# -- generated corpus ------------------------------------------------------------------------
-
-_WORD_LIST = (
-    "the a an and or but if then so because when while after before with without for to of in on at by from "
-    "is are was were be been has have had do does did can could will would should may might must not no yes "
-    "I you he she it we they me him her us them my your his its our their this that these those there here "
-    "what which who how why where time day week year today tomorrow morning evening apple apples orange "
-    "bananas cookies books pencils marbles stickers cards coins dollars cents bus train car bike miles hours "
-    "minutes students teacher class school homework problem answer question solution step steps total each "
-    "every more less than twice half third quarter left remaining altogether together gives buys sells shares "
-    "splits earns spends saves has gets eats makes reads runs walks bakes packs boxes bags baskets rows "
-    "garden tree trees flowers cups bottles friends family mom dad sister brother Sam Mia Leo Ava Ben Zoe "
-    "number numbers plus minus times divided equals sum difference product quotient price cost pay change "
-    "great good nice thanks thank please sorry okay sure right wrong correct mistake check again really "
-    "think know see look like want need help explain show write tell say ask try find work working nicely "
-    "file code test tests run output error result value list string function return print import python "
-    "first second third next last final finally also just only very quite pretty really simple easy hard"
-)
-_WORDS = _WORD_LIST.split()
-_UNICODE_WORDS = ("café", "naïve", "über", "résumé", "中文", "日本語", "😀", "🎉", "👍", "✨", "Ω", "π≈3.14", "€5", "→")
-
-
-def _sentence(rng: random.Random) -> str:
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(4, 18))]
-    text = " ".join(words)
-    text = text[0].upper() + text[1:]
-    if rng.random() < 0.5:
-        text += f" {rng.randint(0, 999)} {rng.choice(['+', '-', '*', '/', '='])} {rng.randint(0, 99)}"
-    return text + rng.choice([".", "!", "?", ".", "\n"])
-
-
-def _markdown(rng: random.Random) -> str:
-    lines = [f"## {_sentence(rng).rstrip('.!?')}"]
-    for k in range(1, rng.randint(2, 5)):
-        lines.append(f"**Step {k}:** {_sentence(rng)}")
-    lines.append(f"- {_sentence(rng)}\n- {_sentence(rng)}")
-    lines.append(f"**Answer:** {rng.randint(0, 500)}")
-    return "\n".join(lines)
-
-
-def _code(rng: random.Random) -> str:
-    a, b = rng.randint(0, 99), rng.randint(1, 99)
-    name = rng.choice(["total", "count", "x", "result", "value", "n"])
-    return (
-        f"def solve({name}):\n    for i in range({a}):\n        {name} += i * {b}\n    return {name}\n\n"
-        f"print(solve({b}))\nimport math\nprint(math.sqrt({a}) + {b} // 3, [{a}, {b}], {{'k': {a}}})\n"
-    )
-
-
-def _tool_call(rng: random.Random) -> str:
-    code = f"print({rng.randint(0, 999)} * {rng.randint(0, 999)} + {rng.randint(0, 99)})"
-    call = json.dumps({"name": "python", "arguments": {"code": code}})
-    return f"<tool_call>\n{call}\n</tool_call>\n<tool_response>\n{rng.randint(0, 99999)}\n</tool_response>"

@@ -68,7 +68,7 @@ def make_judge(
     max_tokens: int = 1024,
     **backend_options: Any,
 ) -> StepJudge:
-    """A step judge for env ``family`` (a registered name, a spec, or templates) with its judge templates and one backend.
+    """A step judge for env ``family`` (a registered name, a spec, or templates): its templates, one backend.
 
     ``hints=False`` leaves out the hint judge (Binary RL needs only the score); ``backend_options`` go to
     :func:`make_backend`.

@@ -1,11 +1,12 @@
-"""Load the judge templates in ``prompts/`` and render them into chat messages for one step.
+"""Load the judge templates and render them into chat messages for one step.
 
 Templates live in ``prompts/`` (a name such as ``prm_terminal``) or in a family's own package (a path to a
-``.jinja`` file, which may include the shared partials of ``prompts/``). Every template starts with a header naming the fields it needs, e.g. ``{# needs: task, history?, action,
-result #}`` (``?`` marks a field that may be absent), and defines two blocks, ``system`` and ``user``.
-Field values come from ``next_state.judge_inputs``; ``action`` defaults to the action judged, ``result``
-to ``next_state.text`` and ``history`` to the chat before the action. A template that needs ``image``
-gets ``next_state.image`` attached to its user message as an ``image_url`` part with a data URL.
+``.jinja`` file, which may include the shared partials of ``prompts/``). Every template starts with a header
+naming the fields it needs, e.g. ``{# needs: task, history?, action, result #}`` (``?`` marks a field that may
+be absent), and defines two blocks, ``system`` and ``user``. Field values come from
+``next_state.judge_inputs``; ``action`` defaults to the action judged, ``result`` to ``next_state.text`` and
+``history`` to the chat before the action. A template that needs ``image`` gets ``next_state.image`` attached to
+its user message as an ``image_url`` part with a data URL.
 """
 
 from __future__ import annotations

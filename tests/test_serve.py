@@ -27,7 +27,8 @@ import httpx  # noqa: E402
 
 from claw_train.logs import read_logs  # noqa: E402
 from claw_train.policy.base import Completion, Policy, PolicyError  # noqa: E402
-from claw_train.proxy import ServeConfig, serve  # noqa: E402
+from claw_train.config import ServeArgs, build  # noqa: E402
+from claw_train.serve import serve  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -62,7 +63,7 @@ class SwitchableJudge:
 class Server:
     """``serve()`` in a thread with its own event loop."""
 
-    def __init__(self, cfg: ServeConfig, **kwargs: Any):
+    def __init__(self, cfg: ServeArgs, **kwargs: Any):
         self.cfg = cfg
         self.started = threading.Event()
         self.result: Any = None
@@ -98,7 +99,7 @@ class Server:
 
     def logs(self) -> list[dict[str, Any]]:
         self.pipeline.log.flush()
-        return read_logs(self.cfg.output_dir / "logs")
+        return read_logs(self.cfg.run.output_dir / "logs")
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.pipeline.request_stop, "interrupted", "test over")
@@ -118,7 +119,9 @@ def wait_for(check: Any, timeout: float = 60.0, what: str = "condition") -> Any:
 @pytest.fixture(scope="module")
 def server(model_path, tmp_path_factory):
     judge = SwitchableJudge()
-    cfg = ServeConfig(
+    cfg = build(
+        ServeArgs,
+        command="serve",
         env="conversation",
         model="tiny",
         port=0,
@@ -309,7 +312,9 @@ def test_stub_policy_503s_tool_calls_idle_sessions_and_no_train(model_path, tmp_
     from transformers import AutoTokenizer
 
     policy = StubPolicy(AutoTokenizer.from_pretrained(model_path))
-    cfg = ServeConfig(
+    cfg = build(
+        ServeArgs,
+        command="serve",
         env="conversation",
         model="tiny",
         port=0,
@@ -368,7 +373,7 @@ def _free_port() -> int:
 def test_cli_serves_learns_and_checkpoints_on_ctrl_c(model_path, tmp_path):
     port, out = _free_port(), tmp_path / "run"
     argv = [CLAW_SERVE, "--model", model_path, "--port", str(port), "--output-dir", str(out)]
-    argv += ["--samples-per-step", "2", "--max-new-tokens", "8", "--updates-per-checkpoint", "100"]
+    argv += ["--samples-per-step", "2", "--max-new-tokens", "8", "--checkpoint-every", "100"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:

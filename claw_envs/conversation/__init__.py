@@ -28,7 +28,7 @@ SPEC = FamilySpec(
     tokenizer_corpus=True,
     load_tasks="claw_envs.conversation.homework:load_gsm8k",
     evaluation="claw_envs.conversation.evaluation:PersonalizationEvaluation",
-    live="claw_envs.conversation.live:next_state",
+    live="claw_envs.conversation.live:LiveChat",
     env_options=("persona",),
     description="homework help for simulated users with hidden preferences",
 )

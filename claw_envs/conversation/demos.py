@@ -24,6 +24,7 @@ from claw_envs.conversation.homework import Problem, StudentWork, builtin_tasks,
 from claw_envs.conversation.persona import Persona, pick
 from claw_envs.conversation.score import rubric
 from claw_envs.conversation.signals import extract_signals
+from claw_envs.core import hinted_messages
 from claw_envs.tasks import TaskSource
 
 Message = dict[str, Any]
@@ -35,21 +36,6 @@ _ASSISTANT = (
     "## Let's solve this step by step\n\n{bullets}\n\nTherefore, the **final answer is {answer}**.",
     "**Solution:**\n\n{step_lines}\n\n### Final Answer\n**{answer}**",
 )
-
-
-def hinted_messages(messages: Sequence[Message], hint: str) -> list[Message]:
-    """``messages`` with ``hint`` appended to the last user message as ``"\\n\\n[Note: <hint>]"``.
-
-    The one format for hints everywhere (demonstrations, the OPD teacher prompt). Nothing is changed in
-    place; with no user message, the note becomes a new user message.
-    """
-    out = [dict(m) for m in messages]
-    note = f"[Note: {hint.strip()}]"
-    for m in reversed(out):
-        if m.get("role") == "user":
-            m["content"] = f"{m.get('content') or ''}\n\n{note}"
-            return out
-    return [*out, {"role": "user", "content": note}]
 
 
 def _assistant_reply(problem: Problem, rng: np.random.Generator) -> str:

@@ -78,7 +78,10 @@ class PersonalizationEvaluation(Evaluation):
     def rows(self, summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         if "valid_rate" not in summary:
             return []
-        out = [("valid-reply rate", f"{summary['valid_rate']:.1%}"), ("answer correct", f"{summary['correct_rate']:.1%}")]
+        out = [
+            ("valid-reply rate", f"{summary['valid_rate']:.1%}"),
+            ("answer correct", f"{summary['correct_rate']:.1%}"),
+        ]
         out += [(f"  preference: {k}", f"{v:.1%}") for k, v in summary["preference_rates"].items()]
         return out
 

@@ -124,7 +124,9 @@ def _policy(args: EvalArgs, spec: Any, ext: Any, tasks: Any) -> Any:
         if policy.startswith("scripted:"):
             from claw_train.evaluation.scripted import ScriptedPolicy
 
-            return ScriptedPolicy(ext.scripted(policy.removeprefix("scripted:"), ext.select(tasks, args.evaluation.eval_n)))
+            return ScriptedPolicy(
+                ext.scripted(policy.removeprefix("scripted:"), ext.select(tasks, args.evaluation.eval_n))
+            )
         from claw_train.policy.loader import load_policy
 
         return load_policy(model=args.run.model, policy=policy, family=spec.name)

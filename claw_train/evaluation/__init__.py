@@ -4,4 +4,13 @@
 from claw_train.evaluation.metrics import bootstrap_ci, pass_at_k, summarize
 from claw_train.evaluation.runner import EvalReport, evaluate, extension_for, grade_file, write_report
 
-__all__ = ["EvalReport", "bootstrap_ci", "evaluate", "extension_for", "grade_file", "pass_at_k", "summarize", "write_report"]
+__all__ = [
+    "EvalReport",
+    "bootstrap_ci",
+    "evaluate",
+    "extension_for",
+    "grade_file",
+    "pass_at_k",
+    "summarize",
+    "write_report",
+]

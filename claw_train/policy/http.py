@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from claw_envs.retry import delay, retry_sync
 from claw_train.policy.base import PolicyError
 
 RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
@@ -63,26 +63,26 @@ class Servers:
                     return decode(resp, f"{method} {base}{path}")
                 errors.append(f"{base}: HTTP {resp.status_code}: {resp.text[:200]}")
             if (attempt + 1) % len(targets) == 0 and attempt + 1 < tries:  # each server failed once more: back off
-                await asyncio.sleep(self.backoff * 2 ** (attempt // len(targets)))
+                await asyncio.sleep(delay(attempt // len(targets), self.backoff))
         raise PolicyError(f"{method} {path}: no server answered: {'; '.join(errors)}")
 
     def request_sync(self, method: str, path: str, payload: Any = None, *, url: str) -> Any:
         """Blocking call to one server (weight updates, which run in the trainer's thread)."""
-        errors = []
-        for attempt in range(self.retries + 1):
-            try:
-                resp = self._sync.request(method, url + path, json=payload)
-            except RETRYABLE as err:
-                errors.append(f"{type(err).__name__}: {err}")
-                if attempt < self.retries:
-                    time.sleep(self.backoff * (2**attempt))
-                continue
-            except httpx.HTTPError as err:
-                raise PolicyError(f"{method} {url}{path} failed: {type(err).__name__}: {err}") from err
-            return decode(resp, f"{method} {url}{path}")
-        raise PolicyError(
-            f"{method} {url}{path}: server unreachable after {self.retries + 1} tries: {'; '.join(errors)}"
-        )
+
+        def once() -> httpx.Response:
+            return self._sync.request(method, url + path, json=payload)
+
+        try:
+            resp = retry_sync(
+                once, retries=self.retries, backoff=self.backoff, retry_on=lambda e: isinstance(e, RETRYABLE)
+            )
+        except RETRYABLE as err:
+            raise PolicyError(
+                f"{method} {url}{path}: server unreachable after {self.retries + 1} tries: {type(err).__name__}: {err}"
+            ) from err
+        except httpx.HTTPError as err:
+            raise PolicyError(f"{method} {url}{path} failed: {type(err).__name__}: {err}") from err
+        return decode(resp, f"{method} {url}{path}")
 
     async def aclose(self) -> None:
         await self._client.aclose()

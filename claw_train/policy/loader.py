@@ -8,6 +8,7 @@ directory. ``policy`` is ``inprocess``, ``sglang://host:port[,host:port…]`` or
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,27 @@ from claw_train.policy.base import Policy, PolicyError
 SCHEMES = ("inprocess", "sglang://", "openai://", "openai+https://")
 
 
-def resolve_model(model: str = "tiny", *, family: str = "conversation", progress: bool = True) -> str:
-    """The path or hub id behind ``model``; ``tiny`` builds (or finds cached) the tiny model for ``family``."""
+def resolve_model(
+    model: str = "tiny",
+    *,
+    family: str,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+) -> str:
+    """The path or hub id behind ``model``; ``tiny`` builds (or finds cached) the tiny model for ``family``:
+    bootstrapped on its demonstrations, or untrained (with a note) when its spec or its env has none."""
     if model == "tiny":
-        from claw_train.tiny import bootstrap
+        import claw_envs
+        from claw_train.tiny import NoDemonstrations, bootstrap, build_tiny
 
-        return str(bootstrap(family, progress=progress))
+        spec = claw_envs.family_spec(family)
+        if spec.bootstrap == "demonstrations":
+            try:
+                return str(bootstrap(spec.env_id, progress=progress))
+            except NoDemonstrations:
+                pass
+        say(f"note: the {spec.name!r} family has no demonstrations; the tiny model starts untrained on it")
+        return str(build_tiny())
     if not model:
         raise PolicyError("model is empty; use 'tiny', a Hugging Face id (org/name) or a local directory")
     return model
@@ -31,11 +47,12 @@ def load_policy(
     model: str = "tiny",
     policy: str = "inprocess",
     *,
-    family: str = "conversation",
+    family: str,
     device: str = "cpu",
     max_batch: int = 8,
     api_key: str | None = None,
     progress: bool = True,
+    retries: int = 3,
     **kwargs: Any,
 ) -> Policy:
     """Build the policy backend ``policy`` serving ``model`` (see the module docstring)."""
@@ -52,7 +69,7 @@ def load_policy(
         if not hosts:
             raise PolicyError(f"no server in {policy!r}; write sglang://host:port[,host:port]")
         tokenizer = kwargs.pop("tokenizer_path", None) or _tokenizer_source(model, family, progress)
-        return SGLangPolicy([f"http://{h}" for h in hosts], tokenizer, **kwargs)
+        return SGLangPolicy([f"http://{h}" for h in hosts], tokenizer, retries=retries, **kwargs)
     if policy.startswith(("openai://", "openai+https://")):
         from claw_train.policy.openai import OpenAIPolicy
 
@@ -63,7 +80,7 @@ def load_policy(
         if not base.rstrip("/").endswith("/v1"):
             base = base.rstrip("/") + "/v1"
         name = kwargs.pop("model_name", None) or model
-        return OpenAIPolicy(base, name, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), **kwargs)
+        return OpenAIPolicy(base, name, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), retries=retries, **kwargs)
     raise PolicyError(f"unknown policy {policy!r}; use one of: inprocess, sglang://host:port, openai://host:port")
 
 

@@ -47,7 +47,7 @@ class SGLangPolicy(Policy):
         broadcaster: Callable[[Mapping[str, Any]], None] | None = None,
         version: int = 0,
     ):
-        from claw_train.policy.inprocess import load_tokenizer
+        from claw_train.policy.hf import load_tokenizer
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self.servers = Servers(urls, timeout=timeout, retries=retries, backoff=backoff, headers=headers)

@@ -1,0 +1,222 @@
+"""The trainer's side of the pipeline: :class:`~claw_train.trainer.ClawTrainer` in its own thread (blocking torch),
+fed from the asyncio sample queue, publishing weights to the serving policy after every optimizer step, writing
+the ledger and the per-version logs, scheduling evaluations and saving the last checkpoint when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from claw_train.config import grpo_config, lora_config
+from claw_train.pipeline.reporting import eval_due, evaluate
+from claw_train.policy.base import PolicyError
+from claw_train.records import TrainSample
+
+if TYPE_CHECKING:
+    from claw_train.pipeline.core import Pipeline
+
+
+class SampleFeed:
+    """The trainer's view of the asyncio sample queue: a blocking ``get`` from its thread (no polling)."""
+
+    def __init__(
+        self,
+        queue: asyncio.Queue[TrainSample],
+        loop: asyncio.AbstractEventLoop,
+        closed: asyncio.Event,
+        on_take: Callable[[], None] = lambda: None,
+    ):
+        self.queue = queue
+        self.loop = loop
+        self.closed = closed
+        self.on_take = on_take
+
+    async def _get(self) -> TrainSample | None:
+        if self.closed.is_set():
+            return None
+        getter = asyncio.ensure_future(self.queue.get())
+        closer = asyncio.ensure_future(self.closed.wait())
+        done, _ = await asyncio.wait({getter, closer}, return_when=asyncio.FIRST_COMPLETED)
+        closer.cancel()
+        if getter in done:
+            self.on_take()
+            return getter.result()
+        getter.cancel()
+        return None
+
+    def get(self) -> TrainSample | None:
+        if self.loop.is_closed():
+            return None
+        return asyncio.run_coroutine_threadsafe(self._get(), self.loop).result()
+
+
+class TrainerThread:
+    """Builds and runs the trainer for ``pipeline`` (see the module docstring)."""
+
+    def __init__(self, pipeline: Pipeline):
+        self.p = pipeline
+        self.trainer: Any = None
+        self.checkpoint: Path | None = None
+        self.thread: threading.Thread | None = None
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps made so far."""
+        return self.trainer.state.global_step if self.trainer is not None else 0
+
+    def start(self, resume_from: Path | None, done: asyncio.Future[tuple[str, str]]) -> None:
+        """Start the thread; it resolves ``done`` with ``(status, message)`` when it returns."""
+        self.thread = threading.Thread(target=self._main, args=(resume_from, done), name="claw-trainer", daemon=True)
+        self.thread.start()
+
+    async def join(self) -> None:
+        if self.thread is not None:
+            await asyncio.to_thread(self.thread.join)
+
+    def _main(self, resume_from: Path | None, done: asyncio.Future[tuple[str, str]]) -> None:
+        p = self.p
+
+        def finish(status: str, message: str) -> None:
+            p.loop.call_soon_threadsafe(lambda: done.done() or done.set_result((status, message)))
+
+        try:
+            self.trainer = self._build()
+            p.stats.status = "training"
+            self.trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        except Exception as err:
+            from claw_train.trainer import FeedClosed
+
+            if not isinstance(err, FeedClosed):
+                p.request_stop("error", f"trainer failed: {type(err).__name__}: {err}")
+            self.save_checkpoint()
+            finish(*(p.stop_reason or ("stopped", "stopped")))
+            return
+        self.save_checkpoint()
+        message = f"finished {self.step} updates"
+        p.request_stop("done", message)
+        finish("done", message)
+
+    def _build(self) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from claw_train.trainer import ClawTrainer, WeightPublisher
+
+        p = self.p
+        model_spec = "tiny" if p.run_cfg.model == "tiny" else p.model_path
+        args = grpo_config(
+            p.training, model=model_spec, output_dir=p.out, seed=p.run_cfg.seed, temperature=p.rollout.temperature
+        )
+        dtype = torch.float32 if args.use_cpu else "auto"
+        model = AutoModelForCausalLM.from_pretrained(p.model_path, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(p.model_path)
+        to_disk = None if p.run_cfg.policy == "inprocess" else p.out / "weights"
+        callbacks = [WeightPublisher(self._publish, to_disk=to_disk), _glue_callback(self)]
+        feed = SampleFeed(p.sample_q, p.loop, p.closed, on_take=lambda: p.free(1))
+        return ClawTrainer(
+            model,
+            args,
+            source=feed,
+            processing_class=tokenizer,
+            peft_config=lora_config(p.training),
+            callbacks=callbacks,
+        )
+
+    def _publish(self, weights: Any, version: int) -> None:
+        p = self.p
+        try:
+            p.policy.inner.publish(weights, version)
+        except PolicyError as err:
+            p.stats.add("publish_errors")
+            p.log.write(version, {"kind": "event", "event": "publish_failed", "error": str(err)})
+            p.say(f"publishing weights v{version} failed: {err}")
+            return
+        p.stats.version = version
+        p.loop.call_soon_threadsafe(p.served.set)
+
+    def save_checkpoint(self) -> None:
+        """Save the last update's checkpoint if the trainer has not (the run is ending)."""
+        trainer = self.trainer
+        if trainer is None:
+            return
+        path = self.p.out / "checkpoints" / f"checkpoint-{trainer.state.global_step}"
+        try:
+            if not (path / "trainer_state.json").exists() and trainer.state.global_step > 0:
+                trainer._save_checkpoint(trainer.model, trial=None)
+            if path.exists():
+                self.checkpoint = path
+        except Exception as err:  # the run is ending anyway: say so, keep what is on disk
+            self.p.say(f"could not save a checkpoint: {err}")
+
+    def on_step_end(self) -> None:
+        """After each optimizer step (trainer thread): ledger, logs, stats, evaluation when due."""
+        p, trainer = self.p, self.trainer
+        step = trainer.state.global_step
+        batch = trainer.current_batch
+        p.rundir.ledger.update(
+            step,
+            [s.sample_id for s in batch],
+            dropped=[s.sample_id for s in trainer.current_dropped],
+            versions=[s.turn.policy_version for s in batch],
+            score_mean=mean([s.score for s in batch if s.score is not None]),
+        )
+        p.stats.trained(len(batch))
+        p.stats.staleness = mean([step - 1 - s.turn.policy_version for s in batch]) or 0.0
+        logs = trainer.state.log_history[-1] if trainer.state.log_history else {}
+        p.log.write(
+            step,
+            {
+                "kind": "update",
+                "update": step,
+                "samples": [s.sample_id for s in batch],
+                "loss": logs.get("loss"),
+                "nan_skipped": trainer.counters.get("nan_skipped", 0),
+                "judge": p.judge.metrics_dict() if hasattr(p.judge, "metrics_dict") else None,
+                "masked": dict(p.stats.masked),
+            },
+        )
+        p.step_done()
+        self.maybe_evaluate(step)
+
+    def maybe_evaluate(self, step: int) -> None:
+        """Evaluate version ``step`` if the schedule says so (blocks the trainer while it runs)."""
+        p = self.p
+        if not eval_due(p, step):
+            return
+        p.stats.status = f"evaluating version {step}"
+        future = asyncio.run_coroutine_threadsafe(evaluate(p, step), p.loop)
+        try:
+            future.result()
+        except Exception as err:
+            p.say(f"evaluation at update {step} failed: {type(err).__name__}: {err}")
+        p.stats.status = "training"
+
+
+def _glue_callback(owner: TrainerThread) -> Any:
+    """The TrainerCallback that ties the trainer's steps to the pipeline (built here so that importing this
+    module does not import transformers)."""
+    from transformers import TrainerCallback
+
+    class PipelineCallback(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            owner.p.stats.version = state.global_step
+            owner.p.stats.train_started = time.monotonic()
+            owner.maybe_evaluate(state.global_step)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            owner.on_step_end()
+
+    return PipelineCallback()
+
+
+def mean(values: list[float]) -> float | None:
+    """The mean of the finite values (None when there are none)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.fmean(finite) if finite else None

@@ -1,0 +1,133 @@
+"""Hugging Face model I/O: load a causal LM and its tokenizer (from a hub id or a local folder) with clear
+``PolicyError`` messages, and read published weights (a state dict or a folder of safetensors) into a model."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from claw_train.policy.base import PolicyError
+
+
+def _local_path(model_path: str) -> Path | None:
+    """The local path ``model_path`` names, or None when it reads as a hub id (``org/name``)."""
+    path = Path(model_path).expanduser()
+    if path.exists():
+        return path
+    if model_path.startswith((".", "/", "~")) or model_path.count("/") != 1:
+        raise PolicyError(f"model path {model_path!r} does not exist (a hub id reads 'org/name')")
+    return None
+
+
+def _check_causal_lm(model_path: str) -> None:
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    path = _local_path(model_path)
+    if path is not None:
+        if not path.is_dir():
+            raise PolicyError(f"model path {model_path!r} is a file; give the model's directory")
+        if not (path / "config.json").is_file():
+            raise PolicyError(f"{model_path!r} is not a Hugging Face model directory (no config.json)")
+        try:
+            json.loads((path / "config.json").read_text())
+        except ValueError as err:
+            raise PolicyError(f"{model_path!r}: config.json is not valid JSON ({err})") from err
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except Exception as err:
+        raise PolicyError(f"cannot read the model config of {model_path!r}: {err}") from err
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise PolicyError(f"{model_path!r} is a {config.model_type!r} model, not a causal language model")
+
+
+def load_causal_lm(model_path: str, *, device: Any = "cpu", dtype: Any = None) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` with clear ``PolicyError`` messages; eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    _check_causal_lm(model_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    except Exception as err:
+        raise PolicyError(f"cannot load the causal LM at {model_path!r}: {type(err).__name__}: {err}") from err
+    return model.to(device).eval()
+
+
+def load_tokenizer(model_path: str) -> Any:
+    """``AutoTokenizer.from_pretrained`` with a clear ``PolicyError`` (chat messages also need a chat template)."""
+    from transformers import AutoTokenizer
+
+    _check_causal_lm(model_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(model_path)
+    except Exception as err:
+        raise PolicyError(f"cannot load the tokenizer of {model_path!r}: {type(err).__name__}: {err}") from err
+    return tok
+
+
+def read_weights(weights: Any) -> dict[str, Any]:
+    """A state dict from a mapping of tensors, a model directory, or a ``.safetensors`` / ``.bin`` / ``.pt`` file."""
+    import torch
+
+    if isinstance(weights, Mapping):
+        state = dict(weights)
+    elif isinstance(weights, str | os.PathLike):
+        state = _read_weight_path(Path(weights))
+    else:
+        raise PolicyError(f"weights must be a state dict or a path, not {type(weights).__name__}")
+    if not state:
+        raise PolicyError("weights are empty")
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise PolicyError(f"weight {name!r} is a {type(tensor).__name__}, not a tensor")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise PolicyError(f"weight {name!r} has NaN or infinite values")
+    return state
+
+
+def _read_weight_path(path: Path) -> dict[str, Any]:
+    import torch
+    from safetensors.torch import load_file
+
+    if not path.exists():
+        raise PolicyError(f"weight path {str(path)!r} does not exist")
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) or sorted(path.glob("pytorch_model*.bin"))
+    if not files:
+        raise PolicyError(f"no *.safetensors or pytorch_model*.bin weights in {str(path)!r}")
+    state: dict[str, Any] = {}
+    for f in files:
+        try:
+            if f.suffix == ".safetensors":
+                state.update(load_file(str(f)))
+            else:
+                state.update(torch.load(f, map_location="cpu", weights_only=True))
+        except Exception as err:
+            raise PolicyError(f"cannot read weights from {str(f)!r} (truncated or corrupt?): {err}") from err
+    return state
+
+
+def load_into(model: Any, state: Mapping[str, Any]) -> None:
+    """Copy ``state`` into ``model`` after checking names and shapes; tied weights may be left out."""
+    current = model.state_dict()
+    unknown = sorted(set(state) - set(current))
+    if unknown:
+        raise PolicyError(f"weights have {len(unknown)} names the model does not: {unknown[:5]}")
+    storage: dict[int, set[str]] = {}
+    for name, tensor in current.items():
+        storage.setdefault(tensor.data_ptr(), set()).add(name)
+    missing = sorted(n for n in current if n not in state and not (storage[current[n].data_ptr()] & set(state)))
+    if missing:
+        raise PolicyError(f"weights lack {len(missing)} of the model's tensors: {missing[:5]}")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(current[name].shape):
+            raise PolicyError(
+                f"weight {name!r} has shape {tuple(tensor.shape)}, the model {tuple(current[name].shape)}"
+            )
+    import torch
+
+    with torch.no_grad():
+        for name, tensor in state.items():
+            current[name].copy_(tensor)
