@@ -25,7 +25,9 @@ def test_adding_an_env_example_runs():
     module = types.ModuleType("tests_docs_upper")
     module.UpperEnv = cls
     sys.modules["tests_docs_upper"] = module
-    claw_envs.register("claw/Upper-v0", "tests_docs_upper:UpperEnv")
+    spec_source = next(b for b in blocks if "FamilySpec(" in b)
+    exec(compile(spec_source.replace("my_pkg.upper", "tests_docs_upper"), str(DOC), "exec"), namespace)
+    claw_envs.register(namespace["SPEC"])
     try:
         env = gym.make("claw/Upper-v0").unwrapped
         check_env(env, skip_render_check=True)

@@ -8,7 +8,7 @@ import warnings
 import gymnasium as gym
 import pytest
 
-from claw_envs import registry
+from claw_envs import FamilySpec, registry
 
 
 def _write_plugin(root, dist: str, module: str, body: str, target: str) -> None:
@@ -23,7 +23,7 @@ PLUGIN = """
 from claw_envs.echo.env import EchoEnv
 
 class ParrotEnv(EchoEnv):
-    family = "parrot"
+    '''An echo that a plugin package ships.'''
 """
 
 
@@ -38,8 +38,9 @@ def test_plugin_env_class_is_registered_and_broken_plugin_only_warns(tmp_path, m
         assert "claw_parrot" in loaded and "claw_broken" not in loaded
         assert any("claw_broken" in str(w.message) and "boom" in str(w.message) for w in caught)
         env = gym.make("claw/Parrot-v0").unwrapped
-        assert env.family == "parrot"
+        assert type(env).__name__ == "ParrotEnv"
         assert "claw/Parrot-v0" in registry.env_ids()
+        assert registry.family_spec("claw_parrot").env_id == "claw/Parrot-v0"  # the entry point's name is the family
     finally:
         registry.unregister("claw/Parrot-v0")
         for name in ("claw_parrot_mod", "claw_broken_mod"):
@@ -47,10 +48,12 @@ def test_plugin_env_class_is_registered_and_broken_plugin_only_warns(tmp_path, m
 
 
 def test_ids_must_use_the_claw_namespace():
-    with pytest.raises(ValueError, match="namespace"):
-        registry.register("Echo-v9", "claw_envs.echo:EchoEnv")
+    with pytest.raises(ValueError, match="claw/Name-v0"):
+        FamilySpec(name="echo9", env_id="Echo-v9", entry_point="claw_envs.echo.env:EchoEnv")
+    with pytest.raises(ValueError, match="taken by claw/Echo-v0"):
+        registry.register(FamilySpec(name="echo", env_id="claw/Echo-v9", entry_point="claw_envs.echo.env:EchoEnv"))
 
 
 def test_env_class_unknown_id_lists_known():
-    with pytest.raises(KeyError, match="claw/Echo-v0"):
+    with pytest.raises(KeyError, match="registered families: .*echo"):
         registry.env_class("claw/Nope-v0")
