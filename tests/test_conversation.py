@@ -3,7 +3,6 @@ simulator's HTTP contract, and the personalization score through ``claw-eval``."
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +12,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from typer.testing import CliRunner
 
 import claw_envs
 from claw_envs.conversation import (
@@ -33,8 +31,7 @@ from claw_envs.conversation import (
 from claw_envs.conversation.demos import hint_forms
 from claw_envs.conversation.homework import split_of
 from claw_envs.conversation.score import MAX_REPLY_CHARS
-from claw_train.evaluation import EvalOptions
-from claw_train.evaluation.conversation import personalization_eval, run
+from claw_train.evaluation import evaluate
 from claw_train.evaluation.scripted import ScriptedPolicy
 from claw_train.policy.base import PolicyError, SamplingParams
 
@@ -413,25 +410,25 @@ def test_llm_simulator_failures_are_typed_not_raised(chat_stub, mode, monkeypatc
 
 
 @pytest.mark.parametrize("persona", PERSONAS)
-def test_claw_eval_scores_scripted_policies(persona, tmp_path):
-    from claw_train.commands.evaluate import app
+def test_claw_eval_scores_scripted_policies(persona, tmp_path, capsys):
+    from claw_train.commands.evaluate import main
 
-    runner = CliRunner()
     scores = {}
     for style in ("assistant", "persona"):
         out = tmp_path / style
-        args = ["--env", "conversation", "--persona", persona, "--policy", f"scripted:{style}", "--n", "24"]
-        result = runner.invoke(app, [*args, "--output-dir", str(out)])
-        assert result.exit_code == 0, result.output
-        assert "personalization score" in result.output and "valid-reply rate" in result.output
-        summary = json.loads((out / f"conversation-{persona}-summary.json").read_text())
-        lines = (out / f"conversation-{persona}.jsonl").read_text().splitlines()
-        assert len(lines) == summary["n"] == 24 and summary["valid_rate"] == 1.0 and summary["correct_rate"] == 1.0
+        args = ["--env", "conversation", "--persona", persona, "--policy", f"scripted:{style}", "--eval-n", "24"]
+        assert main([*args, "--output-dir", str(out)]) == 0
+        text = capsys.readouterr().out
+        assert "personalization score" in text and "valid-reply rate" in text
+        summary = json.loads((out / "summary.json").read_text())
+        lines = (out / "episodes.jsonl").read_text().splitlines()
+        assert len(lines) == summary["tasks"] == 24 and summary["valid_rate"] == 1.0 and summary["correct_rate"] == 1.0
+        assert summary["persona"] == persona
         scores[style] = summary["score"]
     assert scores["assistant"] <= 0.3
     assert scores["persona"] >= 0.9
-    bad = runner.invoke(app, ["--env", "conversation", "--persona", "pirate", "--policy", "scripted:persona"])
-    assert bad.exit_code == 2 and "unknown persona" in bad.output
+    assert main(["--env", "conversation", "--persona", "pirate", "--policy", "scripted:persona"]) == 2
+    assert "unknown persona" in capsys.readouterr().out
 
 
 class _PolicyStub(_ChatStub):
@@ -447,22 +444,22 @@ class _PolicyStub(_ChatStub):
 
 def test_claw_eval_through_an_openai_compatible_policy(tmp_path):
     """Protocol test: claw-eval drives a local chat-completions server through the openai policy backend."""
-    from claw_train.commands.evaluate import app
+    from claw_train.commands.evaluate import main
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _PolicyStub)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     _PolicyStub.requests = []
     try:
         port = server.server_address[1]
-        args = ["--env", "conversation", "--policy", f"openai://127.0.0.1:{port}", "--model", "m", "--n", "4"]
-        result = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path)])
+        args = ["--env", "conversation", "--policy", f"openai://127.0.0.1:{port}", "--model", "m", "--eval-n", "4"]
+        code = main([*args, "--output-dir", str(tmp_path)])
     finally:
         server.shutdown()
         server.server_close()
-    assert result.exit_code == 0, result.output
-    summary = json.loads((tmp_path / "conversation-student-summary.json").read_text())
+    assert code == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["score"] == 1.0 and summary["valid_rate"] == 1.0 and summary["failed_generations"] == 0
-    records = [json.loads(line) for line in (tmp_path / "conversation-student.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     questions = [r["prompt"] for r in records]
     sent = [r["body"]["messages"][-1]["content"] for r in _PolicyStub.requests]
     assert sorted(sent) == sorted(questions) and len(set(sent)) == 4
@@ -475,44 +472,20 @@ class _Broken(ScriptedPolicy):
 
 
 async def test_personalization_eval_counts_failed_generations():
-    sampling = SamplingParams(seed=0)
-    report = await personalization_eval(_Broken("persona"), persona="student", n=3, seed=0, sampling=sampling)
-    assert report.failed_generations == 3 and report.score == 0.0 and report.valid_rate == 0.0
+
+    spec = claw_envs.family_spec("conversation")
+    tasks = claw_envs.env_class(spec.env_id).default_tasks("test")
+    report = await evaluate(_Broken(lambda m, s: ""), spec, tasks, n=3, k=1, seed=0, sampling=SamplingParams(seed=0))
+    summary = report.summary
+    assert summary["failed_generations"] == 3 and summary["score"] == 0.0 and summary["valid_rate"] == 0.0
     with pytest.raises(PolicyError, match="token ids"):
-        await ScriptedPolicy("persona").generate([1, 2, 3], SamplingParams())
+        await ScriptedPolicy(lambda m, s: "").generate([1, 2, 3], SamplingParams())
 
 
 def test_claw_eval_exits_1_when_every_generation_fails(monkeypatch, capsys):
     import claw_train.policy.loader
+    from claw_train.commands.evaluate import main
 
-    monkeypatch.setattr(claw_train.policy.loader, "load_policy", lambda **kw: _Broken("persona"))
-    assert run(EvalOptions(env="claw/Conversation-v0", policy="inprocess", n=2)) == 1
-    assert "every generation failed, e.g. error: server down" in capsys.readouterr().out
-
-
-def test_registered_and_async_api():
-    assert claw_envs.resolve_id("conversation") == "claw/Conversation-v0"
-
-    async def episode(seed):
-        env = ConversationEnv(persona="teacher")
-        await env.areset(seed=seed)
-        out = await env.astep(env.reference_action())
-        await env.aclose()
-        return out[1]
-
-    async def main():
-        return await asyncio.gather(*(episode(s) for s in range(10)))
-
-    assert asyncio.run(main()) == [1.0] * 10
-
-
-def test_a_bot_looking_reply_draws_a_style_complaint_even_when_its_number_is_wrong():
-    env = ConversationEnv(persona="student")
-    env.reset(seed=5)
-    answer = env.problem.answer
-    wrong = assistant_reply(env).replace(str(answer), str(answer + 100))
-    _, _, _, _, info = env.step(wrong)
-    ns = info["next_state"]
-    assert not info["answer_correct"]
-    style_corrections = {c for p in env.persona.preferences for c in p.phrasing.corrections}
-    assert ns.evaluative.score == -1.0 and ns.directive in style_corrections, ns.text
+    monkeypatch.setattr(claw_train.policy.loader, "load_policy", lambda **kw: _Broken(lambda m, s: ""))
+    assert main(["--env", "conversation", "--policy", "inprocess", "--eval-n", "2"]) == 1
+    assert "every generation failed, e.g. server down" in capsys.readouterr().out

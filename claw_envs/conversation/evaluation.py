@@ -31,6 +31,10 @@ class PersonalizationEvaluation(Evaluation):
 
     score_name = "personalization score"
 
+    def __init__(self, options: Mapping[str, Any] | None = None):
+        super().__init__(options)
+        self.persona = load_persona(self.options.get("persona", "student"))  # an unknown persona fails here
+
     def env_kwargs(self) -> dict[str, Any]:
         return {"max_turns": 1}
 
@@ -69,7 +73,7 @@ class PersonalizationEvaluation(Evaluation):
             return {}
         names = list(rows[0]["met"])
         return {
-            "persona": load_persona(self.options.get("persona", "student")).name,
+            "persona": self.persona.name,
             "valid_rate": statistics.fmean(r["valid"] for r in rows),
             "correct_rate": statistics.fmean(r["correct"] for r in rows),
             "preference_rates": {k: statistics.fmean(r["met"][k] for r in rows) for k in names},
@@ -88,7 +92,7 @@ class PersonalizationEvaluation(Evaluation):
     def scripted(self, name: str, tasks: Sequence[Task]) -> ScriptedReply:
         if name not in STYLES:
             raise ValueError(f"scripted policies here are {', '.join(f'scripted:{s}' for s in STYLES)}; not {name!r}")
-        persona = load_persona(self.options.get("persona", "student"))
+        persona = self.persona
         problems = {p.question: p for p in (Problem.from_task(t) for t in tasks)}
 
         def reply(messages: Sequence[Mapping[str, Any]], seed: int) -> str:

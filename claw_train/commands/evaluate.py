@@ -69,7 +69,10 @@ class _Failed(Exception):
 def _extension(args: EvalArgs, spec: Any) -> Any:
     from claw_train.evaluation.runner import env_options, extension_for
 
-    return extension_for(spec, env_options(spec, {"persona": args.rollout.persona}))
+    try:
+        return extension_for(spec, env_options(spec, {"persona": args.rollout.persona}))
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(str(err)) from None
 
 
 def _report(args: EvalArgs, spec: Any, tasks: Any, console: Console) -> Any:
