@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 from test_toolcall_env import solve_from_question
-from typer.testing import CliRunner
 
+import claw_envs
 from claw_envs.toolcall.datasets import NAMED, dapo_question, gsm8k_answer, load_dataset, tasks_from_hub_rows
 from claw_envs.toolcall.env import tool_call_text
-from claw_train.commands.evaluate import app
-from claw_train.evaluation.toolcall import ProblemResult, Sample, bootstrap_ci, pass_at_k, sample_episodes, summarize
+from claw_envs.toolcall.evaluation import AnswerEvaluation
+from claw_train.commands.evaluate import main
+from claw_train.evaluation import bootstrap_ci, evaluate, pass_at_k, summarize
+from claw_train.families import tasks_for
+from claw_train.policy.base import Completion, Policy, SamplingParams
 
 # Problems and worked solutions written for these tests, in the style of competition solutions.
 PROBLEMS = [
@@ -79,9 +82,16 @@ def dataset(tmp_path) -> Path:
     return write_jsonl(tmp_path / "contest.jsonl", [{k: p[k] for k in ("id", "problem", "answer")} for p in PROBLEMS])
 
 
-def invoke(*args: str):
-    result = CliRunner().invoke(app, ["--env", "toolcall", *args])
-    return result
+def invoke(capsys, *args: str) -> tuple[int, str]:
+    """``claw-eval --env toolcall ARGS``: the exit code and everything printed (whitespace collapsed)."""
+    capsys.readouterr()
+    code = main(["--env", "toolcall", *args])
+    captured = capsys.readouterr()
+    return code, " ".join((captured.out + captured.err).split())
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 # -- metrics ---------------------------------------------------------------------------------
@@ -104,32 +114,36 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
 
 
 def test_summary_counts_infra_failures_apart():
-    a = ProblemResult("a", "1", [Sample(True, "1", "string", ""), Sample(False, "2", "string", "")])
-    b = ProblemResult(
-        "b", "1", [Sample(False, None, "no_answer", ""), Sample(False, None, "no_answer", "", status="sandbox_failure")]
-    )
-    s = summarize([a, b], k=2)
+    records = [
+        {"task_id": "a", "outcome": 1.0, "success": True, "predicted": "1", "status": "ok"},
+        {"task_id": "a", "outcome": 0.0, "success": False, "predicted": "2", "status": "ok"},
+        {"task_id": "b", "outcome": 0.0, "success": False, "predicted": None, "status": "ok"},
+        {"task_id": "b", "outcome": None, "success": False, "status": "sandbox_failure"},
+    ]
+    s = summarize(records, k=2)
     assert s["k"] == 1 and s["k_requested"] == 2  # b has a single graded sample
-    assert s["avg_at_k"] == pytest.approx(0.25) and s["infra_failures"] == 1 and s["no_answer"] == 1
+    assert s["success_rate"] == pytest.approx(0.25) and s["infra_failures"] == 1
+    assert AnswerEvaluation().summary([r for r in records if r["status"] == "ok"])["no_answer"] == 1
 
 
 # -- claw-eval --responses -------------------------------------------------------------------
 
 
-def test_competition_style_reference_solutions_all_score_correct(dataset, tmp_path):
+def test_competition_style_reference_solutions_all_score_correct(dataset, tmp_path, capsys):
     responses = write_jsonl(tmp_path / "refs.jsonl", [{"id": p["id"], "response": p["solution"]} for p in PROBLEMS])
     out = tmp_path / "out"
-    result = invoke("--dataset", str(dataset), "--responses", str(responses), "--output-dir", str(out))
-    assert result.exit_code == 0, result.output
+    code, output = invoke(capsys, "--tasks", str(dataset), "--responses", str(responses), "--output-dir", str(out))
+    assert code == 0, output
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["problems"], summary["samples"], summary["avg_at_k"], summary["pass_at_k"]) == (6, 6, 1.0, 1.0)
-    rows = [json.loads(line) for line in (out / "problems.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in rows] == [p["id"] for p in PROBLEMS] and all(r["correct"] == 1 for r in rows)
-    assert {r["id"]: r["samples"][0]["predicted"] for r in rows}["t3"] == "41"  # the last of two boxes
-    assert "avg@1" in result.output and "pass@1" in result.output and "100.0%" in result.output
+    assert (summary["tasks"], summary["samples"], summary["success_rate"], summary["pass_at_k"]) == (6, 6, 1.0, 1.0)
+    assert summary["score"] == 1.0
+    rows = read_jsonl(out / "episodes.jsonl")
+    assert [r["task_id"] for r in rows] == [p["id"] for p in PROBLEMS] and all(r["success"] for r in rows)
+    assert {r["task_id"]: r["predicted"] for r in rows}["t3"] == "41"  # the last of two boxes
+    assert "avg@1" in output and "pass@1" in output and "100.0%" in output
 
 
-def test_several_responses_per_problem_give_avg_and_pass_at_k(dataset, tmp_path):
+def test_several_responses_per_problem_give_avg_and_pass_at_k(dataset, tmp_path, capsys):
     rows = [
         {"id": "t1", "responses": ["\\boxed{401}", "\\boxed{400}", "no idea"]},
         {"problem_id": "t2", "response": "\\boxed{370}"},
@@ -137,14 +151,15 @@ def test_several_responses_per_problem_give_avg_and_pass_at_k(dataset, tmp_path)
         {"id": "t2", "response": "\\boxed{37}"},
     ]
     out = tmp_path / "out"
-    result = invoke(
-        "--dataset", str(dataset), "--responses", str(write_jsonl(tmp_path / "r.jsonl", rows)), "--k", "2",
+    code, output = invoke(
+        capsys, "--tasks", str(dataset), "--responses", str(write_jsonl(tmp_path / "r.jsonl", rows)), "--eval-k", "2",
         "--output-dir", str(out),
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    assert code == 0, output
     s = json.loads((out / "summary.json").read_text())
-    assert s["problems"] == 2 and s["samples"] == 6 and s["no_answer"] == 1
-    assert s["avg_at_k"] == pytest.approx((1 / 3 + 2 / 3) / 2)
+    assert s["tasks"] == 2 and s["samples"] == 6 and s["no_answer"] == 1 and s["k"] == 2
+    assert s["success_rate"] == pytest.approx((1 / 3 + 2 / 3) / 2)
+    assert s["score"] == pytest.approx(2 * s["success_rate"] - 1)  # the env's outcome: +1 right, -1 wrong
     assert s["pass_at_k"] == pytest.approx(((1 - 1 / 3) + (1 - 0 / 3)) / 2)  # 1 - C(n-c,2)/C(n,2) per problem
     low, high = s["pass_at_k_ci95"]
     assert low <= s["pass_at_k"] <= high
@@ -160,18 +175,23 @@ def test_several_responses_per_problem_give_avg_and_pass_at_k(dataset, tmp_path)
         ([""], "no responses"),
     ],
 )
-def test_bad_responses_files_are_clear_errors(dataset, tmp_path, lines, needle):
+def test_bad_responses_files_are_clear_errors(dataset, tmp_path, capsys, lines, needle):
     path = tmp_path / "r.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    result = invoke("--dataset", str(dataset), "--responses", str(path), "--output-dir", str(tmp_path / "o"))
-    assert result.exit_code == 2 and needle in " ".join(result.output.split()), result.output
+    code, output = invoke(
+        capsys, "--tasks", str(dataset), "--responses", str(path), "--output-dir", str(tmp_path / "o")
+    )
+    assert code == 2 and needle in output, output
+    assert not (tmp_path / "o").exists()  # nothing written on bad input
 
 
-def test_bad_dataset_and_k_are_clear_errors(tmp_path):
-    result = invoke("--dataset", str(tmp_path / "[x]" / "missing.jsonl"), "--responses", str(tmp_path / "r.jsonl"))
-    assert result.exit_code == 2 and "neither a known name" in result.output and "[x]" in result.output
-    result = invoke("--k", "0", "--responses", str(tmp_path / "r.jsonl"))
-    assert result.exit_code == 2 and "--k must be at least 1" in result.output
+def test_bad_dataset_and_k_are_clear_errors(tmp_path, capsys):
+    code, output = invoke(
+        capsys, "--tasks", str(tmp_path / "[x]" / "missing.jsonl"), "--responses", str(tmp_path / "r.jsonl")
+    )
+    assert code == 2 and "neither a known name" in output and "[x]" in output, output
+    code, output = invoke(capsys, "--eval-k", "0", "--responses", str(tmp_path / "r.jsonl"))
+    assert code == 2 and "--eval-k must be >= 1" in output, output
 
 
 # -- a policy over HTTP ----------------------------------------------------------------------
@@ -209,39 +229,51 @@ def chat_server():
     server.server_close()
 
 
-def test_claw_eval_runs_a_policy_over_openai_http_through_the_env(chat_server, tmp_path):
+def test_claw_eval_runs_a_policy_over_openai_http_through_the_env(chat_server, tmp_path, capsys):
     out = tmp_path / "out"
-    result = invoke(
-        "--policy", f"openai://{chat_server}", "--model", "scripted", "--n", "4", "--k", "2", "--concurrency", "4",
-        "--output-dir", str(out),
+    code, output = invoke(
+        capsys, "--policy", f"openai://{chat_server}", "--model", "scripted", "--eval-n", "4", "--eval-k", "2",
+        "--rollout-workers", "4", "--output-dir", str(out),
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    assert code == 0, output
     s = json.loads((out / "summary.json").read_text())
-    assert (s["problems"], s["samples"], s["avg_at_k"], s["pass_at_k"], s["infra_failures"]) == (4, 8, 1.0, 1.0, 0)
-    sample = json.loads((out / "problems.jsonl").read_text().splitlines()[0])["samples"][0]
+    assert (s["tasks"], s["samples"], s["success_rate"], s["pass_at_k"], s["infra_failures"]) == (4, 8, 1.0, 1.0, 0)
+    sample = read_jsonl(out / "episodes.jsonl")[0]
     assert (sample["turns"], sample["tool_calls"], sample["status"]) == (2, 1, "ok")
 
 
-def test_claw_eval_policy_down_is_a_clear_error(tmp_path):
-    result = invoke("--policy", "openai://127.0.0.1:9", "--model", "m", "--n", "1", "--output-dir", str(tmp_path))
-    assert result.exit_code == 1 and "every episode failed" in result.output and "PolicyError" in result.output
+def test_claw_eval_policy_down_is_a_clear_error(tmp_path, capsys):
+    code, output = invoke(
+        capsys, "--policy", "openai://127.0.0.1:9", "--model", "m", "--eval-n", "1", "--output-dir", str(tmp_path)
+    )
+    # a failed generation is an empty reply, not an infra failure: every one failing is exit 1, with the error
+    assert code == 1 and "every generation failed" in output and "127.0.0.1:9" in output, output
+    record = read_jsonl(tmp_path / "episodes.jsonl")[0]
+    assert record["failed_generation"] and not record["success"]
 
 
-def test_sample_episodes_scores_wrong_and_broken_agents():
-    async def wrong(obs, info):
-        return "\\boxed{-1}"
+class _WrongOrBroken(Policy):
+    """Boxes a wrong answer; crashes (not a PolicyError) on the episode sampled with seed 2."""
 
-    async def broken(obs, info):
-        raise RuntimeError("model crashed")
+    async def generate(self, prompt, sampling, *, tools=None):
+        if sampling.seed == 2:
+            raise RuntimeError("model crashed")
+        return Completion("\\boxed{-1}", [], [], "stop", self.version)
 
-    async def main():
-        reqs = [("arith-1000000", 0), ("arith-1000001", 1), ("arith-1000002", 2)]
-        agents = {0: wrong, 1: wrong, 2: broken}
-        return await sample_episodes("claw/ToolCall-v0", {"split": "test"}, agents.get, reqs, concurrency=2)
 
-    samples = asyncio.run(main())
-    assert [(s.correct, s.predicted, s.turns, s.status) for s in samples[:2]] == [(False, "-1", 1, "ok")] * 2
-    assert samples[2].status == "infra_failure" and "model crashed" in samples[2].error
+def test_evaluate_scores_wrong_and_broken_policies():
+    spec = claw_envs.family_spec("toolcall")
+    tasks = tasks_for(spec, None, "test")
+    report = asyncio.run(
+        evaluate(_WrongOrBroken(), spec, tasks, n=3, k=1, seed=0, sampling=SamplingParams(), concurrency=2)
+    )
+    records = report.records
+    assert [r["task_id"] for r in records] == ["arith-1000000", "arith-1000001", "arith-1000002"]
+    wrong = [(r["success"], r["predicted"], r["turns"], r["status"]) for r in records[:2]]
+    assert wrong == [(False, "-1", 1, "ok")] * 2
+    assert records[2]["status"] == "infra_failure" and "model crashed" in records[2]["error"]
+    assert report.summary["infra_failures"] == 1 and report.summary["tasks"] == 2 and report.summary["no_answer"] == 0
+    assert report.summary["score"] == -1.0  # the same outcome scale as --responses
 
 
 # -- datasets --------------------------------------------------------------------------------
@@ -321,9 +353,9 @@ def test_hub_rows_become_tasks_and_dapo_repeats_are_dropped():
     ]
 
 
-def test_a_named_dataset_without_network_is_a_clear_error(tmp_path, monkeypatch):
+def test_a_named_dataset_without_network_is_a_clear_error(tmp_path, monkeypatch, capsys):
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing to fall back on
-    result = invoke("--dataset", "aime2024", "--responses", str(tmp_path / "r.jsonl"))
-    assert result.exit_code == 2 and "cannot load dataset 'aime2024'" in " ".join(result.output.split())
+    code, output = invoke(capsys, "--tasks", "aime2024", "--responses", str(tmp_path / "r.jsonl"))
+    assert code == 2 and "--tasks aime2024: Couldn't reach 'HuggingFaceH4/aime_2024'" in output, output

@@ -2,7 +2,8 @@
 evaluation (:mod:`claw_envs.evaluation`), whose success rate is avg@k and pass@k the unbiased pass@k.
 
 Each record adds the predicted answer (the last ``\\boxed{}`` outside tool-call blocks), how it was graded and
-the number of tool calls; the summary adds how many final replies had no boxed answer.
+the number of tool calls; the summary adds how many final replies had no boxed answer. The score (mean outcome)
+is the env's: +1 right, -1 wrong, for episodes and ``--responses`` alike; the accuracy is the success rate.
 
 ``--responses FILE`` grades precomputed final responses with no model and no tools. FILE is JSONL, one object a
 line: ``{"id": "<problem id>", "response": "<text>"}`` (lines may repeat an id, one sample each) or
@@ -28,7 +29,8 @@ ID_KEYS = ("id", "problem_id", "task_id")
 class AnswerEvaluation(Evaluation):
     """avg@k / pass@k of graded final answers."""
 
-    score_name = "accuracy"
+    score_name = "mean outcome (+1 right, -1 wrong)"
+    """The env's outcome (the headline score); the accuracy is the success rate (avg@k)."""
 
     def record(self, episode: EpisodeResult) -> dict[str, Any]:
         tags = [tag for info in step_infos(episode) for tag in info["next_state"].evaluative.tags]
@@ -67,7 +69,7 @@ class AnswerEvaluation(Evaluation):
                     {
                         "task_id": pid,
                         "answer": answer,
-                        "outcome": 1.0 if grade.correct else 0.0,
+                        "outcome": grade.outcome,  # +1/-1 as in an episode, so the score means the same
                         "success": grade.correct,
                         "predicted": grade.predicted,
                         "graded_by": grade.method,
