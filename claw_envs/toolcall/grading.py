@@ -9,6 +9,10 @@ The rule, in order:
    (``3\\sqrt{2}`` = ``\\sqrt{18}``, ``10\\%`` = ``0.1``).
 4. math-verify overran its time limit or failed: wrong (``"timeout"``) — step 2 is then all there is.
 
+Bounds: an answer longer than :data:`MAX_ANSWER_CHARS` is wrong without being read (``"too_long"``), and
+a number with more than :data:`MAX_EXACT_DIGITS` digits is not converted (Python refuses over 4300 by
+default, and SymPy would spend seconds on it): it only matches its own spelling. No input raises.
+
 math-verify limits its own time with ``signal.alarm``, which only works on the main thread (off it,
 ``parse``/``verify`` raise ``ValueError``) and would cancel any other ``SIGALRM`` timer in the process
 (pytest-timeout's, for one). So it runs in a worker process (:mod:`.verify_worker`) where its alarms are
@@ -35,7 +39,12 @@ from typing import Literal
 
 from claw_envs.toolcall.parse import last_boxed, strip_tool_calls
 
-Method = Literal["string", "math_verify", "timeout", "no_answer"]
+Method = Literal["string", "math_verify", "timeout", "no_answer", "too_long"]
+
+MAX_ANSWER_CHARS = 1000
+"""Longest final answer graded, in characters (a real one is a number or a short expression)."""
+MAX_EXACT_DIGITS = 1000
+"""Longest run of digits converted to an exact number (below Python's int-string limit of 4300)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,7 @@ def normalize_answer(text: str) -> str:
     return s.rstrip(".")
 
 
+_LONG_DIGITS = re.compile(rf"\d{{{MAX_EXACT_DIGITS + 1}}}")
 _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 _RATIOS = (
     re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{(\d+)\}"),
@@ -77,6 +87,8 @@ _RATIOS = (
 def exact_value(text: str) -> Fraction | None:
     """The exact rational value of a plain number (``-12``, ``204.0``, ``3/4``, ``\\frac{3}{4}``), else ``None``."""
     s = normalize_answer(text)
+    if _LONG_DIGITS.search(s):
+        return None
     if _DECIMAL.fullmatch(s):
         return Fraction(s)
     for pattern in _RATIOS:
@@ -193,12 +205,16 @@ def grade_answer(predicted: str | None, gold: str, verifier: MathVerifier | None
     """Grade an extracted final answer against the reference ``gold`` (rules 2–4 of the module docstring)."""
     if predicted is None or not predicted.strip():
         return Grade(False, predicted, "no_answer")
+    if len(predicted) > MAX_ANSWER_CHARS:
+        return Grade(False, predicted, "too_long")
     gold = last_boxed(gold) or gold
     if strings_match(gold, predicted):
         return Grade(True, predicted, "string")
     vg, vp = exact_value(gold), exact_value(predicted)
     if vg is not None and vp is not None and vg.denominator == vp.denominator == 1:
         return Grade(False, predicted, "string")
+    if _LONG_DIGITS.search(gold) or _LONG_DIGITS.search(predicted):
+        return Grade(False, predicted, "string")  # equal spellings matched above; too long for SymPy
     equal = (verifier or default_verifier()).equal(gold, predicted)
     if equal is None:
         return Grade(False, predicted, "timeout")

@@ -11,6 +11,12 @@ Two tool-call formats are understood:
 Every problem becomes a :class:`ToolCallError` with a ``kind`` and a message meant for the model, never an
 exception. A call whose name and arguments were read (even if the tool is unknown or the arguments are
 wrong) keeps a ``call_id``, so it can be answered by a tool message; one that could not be read has none.
+
+Model text is data, so every reader here is bounded (:class:`ParseLimits`): JSON nesting depth (checked
+before ``json.loads``, which would otherwise recurse until ``RecursionError``), the size of the turn, the
+number of tool calls in it, and the digits of a JSON number. An overflow is a ``ToolCallError`` like any
+other (kinds ``too_deep``, ``too_large``, ``too_many_calls``), and every scan is linear in the text, so a
+pathological turn costs milliseconds.
 """
 
 from __future__ import annotations
@@ -26,8 +32,42 @@ OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
 
 ErrorKind = Literal[
-    "bad_json", "unclosed_tag", "unopened_tag", "bad_call", "unknown_tool", "bad_arguments", "wrong_type"
+    "bad_json",
+    "unclosed_tag",
+    "unopened_tag",
+    "bad_call",
+    "unknown_tool",
+    "bad_arguments",
+    "wrong_type",
+    "too_deep",
+    "too_large",
+    "too_many_calls",
 ]
+
+MAX_JSON_DEPTH = 32
+"""Deepest JSON nesting read in a tool call (a real call is 2–4 deep; CPython's ``json`` recurses ~1000)."""
+MAX_ACTION_CHARS = 1 << 20
+"""Longest turn read, in characters: the action space's own bound (``claw_envs.core.MAX_TEXT_LENGTH``)."""
+TURN_ERRORS = frozenset({"too_large", "too_many_calls"})
+"""Error kinds about the whole turn rather than one call (nothing in such a turn is run)."""
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """Bounds on what the parser reads; an overflow is the agent's error (a :class:`ToolCallError`).
+
+    The defaults are far beyond anything a real model writes legitimately.
+    """
+
+    max_depth: int = MAX_JSON_DEPTH
+    """Deepest nesting of JSON objects/arrays in one call (or one OpenAI message)."""
+    max_chars: int | None = MAX_ACTION_CHARS
+    """Longest turn, in characters (``None``: no limit)."""
+    max_calls: int | None = None
+    """Most tool calls in one turn (``None``: no limit); a turn with more is refused as a whole."""
+
+
+DEFAULT_LIMITS = ParseLimits()
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -103,31 +143,55 @@ class ParsedTurn:
         return bool(self.items)
 
 
-def parse_action(action: str, tools: Mapping[str, Mapping[str, Any]], *, id_prefix: str = "call_") -> ParsedTurn:
+def parse_action(
+    action: str,
+    tools: Mapping[str, Mapping[str, Any]],
+    *,
+    id_prefix: str = "call_",
+    limits: ParseLimits = DEFAULT_LIMITS,
+) -> ParsedTurn:
     """Parse a raw assistant turn against ``tools`` (tool name → JSON schema of its arguments).
 
     OpenAI JSON is tried first (only when the whole action is a JSON object or list that looks like
     one); everything else is read as Hermes text. Ids are ``f"{id_prefix}{i}"`` unless the call has one.
+    A turn over ``limits`` is one turn-level error (:data:`TURN_ERRORS`) and nothing else.
     """
+    if limits.max_chars is not None and len(action) > limits.max_chars:
+        return _refused(
+            "too_large",
+            f"the turn is {len(action):,} characters long and the limit is {limits.max_chars:,}: write a shorter "
+            "turn (put long data in a file with several smaller calls)",
+            action,
+        )
     stripped = action.strip()
     if stripped[:1] in "{[" and stripped:
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError:
-            data = None
+        data, problem = load_json(stripped, limits.max_depth)
+        if problem is not None and problem[0] == "too_deep" and '"tool_calls"' in stripped:
+            return _refused("too_deep", f"the tool-call message cannot be read: {problem[1]}", stripped)
         if _looks_openai(data):
-            return parse_openai_message(data, tools, id_prefix=id_prefix)
-    return parse_hermes(action, tools, id_prefix=id_prefix)
+            return parse_openai_message(data, tools, id_prefix=id_prefix, limits=limits)
+    return parse_hermes(action, tools, id_prefix=id_prefix, limits=limits)
 
 
-def parse_hermes(text: str, tools: Mapping[str, Mapping[str, Any]], *, id_prefix: str = "call_") -> ParsedTurn:
+def parse_hermes(
+    text: str,
+    tools: Mapping[str, Mapping[str, Any]],
+    *,
+    id_prefix: str = "call_",
+    limits: ParseLimits = DEFAULT_LIMITS,
+) -> ParsedTurn:
     """Every ``<tool_call>…</tool_call>`` block of ``text``, validated against ``tools``."""
+    if limits.max_calls is not None:
+        found = max(text.count(OPEN_TAG), text.count(CLOSE_TAG))  # a stray tag is a (broken) call too
+        if found > limits.max_calls:
+            return _too_many(found, limits.max_calls, text)
     items: list[ToolCall | ToolCallError] = []
     prose: list[str] = []
     pos = 0
+    find = _Finder(text)
     while True:
-        start = text.find(OPEN_TAG, pos)
-        stray = text.find(CLOSE_TAG, pos)
+        start = find(OPEN_TAG, pos)
+        stray = find(CLOSE_TAG, pos)
         if stray != -1 and (start == -1 or stray < start):
             items.append(
                 ToolCallError(
@@ -144,8 +208,8 @@ def parse_hermes(text: str, tools: Mapping[str, Mapping[str, Any]], *, id_prefix
             break
         prose.append(text[pos:start])
         body_start = start + len(OPEN_TAG)
-        end = text.find(CLOSE_TAG, body_start)
-        nested = text.find(OPEN_TAG, body_start)
+        end = find(CLOSE_TAG, body_start)
+        nested = find(OPEN_TAG, body_start)
         if end == -1 or (nested != -1 and nested < end):
             stop = len(text) if nested == -1 or end == -1 else nested
             items.append(
@@ -159,22 +223,32 @@ def parse_hermes(text: str, tools: Mapping[str, Mapping[str, Any]], *, id_prefix
             if end == -1 and nested == -1:
                 break
             continue
-        item = _read_hermes_body(text[body_start:end], tools, f"{id_prefix}{len(items)}")
+        item = _read_hermes_body(text[body_start:end], tools, f"{id_prefix}{len(items)}", limits.max_depth)
         items.append(dataclasses.replace(item, span=(start, end + len(CLOSE_TAG))))
         pos = end + len(CLOSE_TAG)
     return ParsedTurn(text=_join_prose(prose), items=tuple(items), format="hermes" if items else "none")
 
 
 def parse_openai_message(
-    message: Mapping[str, Any] | Sequence[Any], tools: Mapping[str, Mapping[str, Any]], *, id_prefix: str = "call_"
+    message: Mapping[str, Any] | Sequence[Any],
+    tools: Mapping[str, Mapping[str, Any]],
+    *,
+    id_prefix: str = "call_",
+    limits: ParseLimits = DEFAULT_LIMITS,
 ) -> ParsedTurn:
-    """An OpenAI assistant message (or its bare ``tool_calls`` list), validated against ``tools``."""
+    """An OpenAI assistant message (or its bare ``tool_calls`` list), validated against ``tools``.
+
+    ``message`` is data already read (its depth is the caller's business: :func:`parse_action` bounds it);
+    ``arguments`` strings inside it are read here within ``limits.max_depth``.
+    """
     if isinstance(message, Mapping):
         content = message.get("content") or ""
         raw_calls = message.get("tool_calls") or []
     else:
         content, raw_calls = "", message
-    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    text = content if isinstance(content, str) else _short(content, MAX_ACTION_CHARS)
+    if limits.max_calls is not None and isinstance(raw_calls, list) and len(raw_calls) > limits.max_calls:
+        return dataclasses.replace(_too_many(len(raw_calls), limits.max_calls, raw_calls), text=text)
     items: list[ToolCall | ToolCallError] = []
     if not isinstance(raw_calls, list):
         items.append(ToolCallError("bad_call", '"tool_calls" must be a list of calls', raw=_short(raw_calls)))
@@ -193,14 +267,15 @@ def parse_openai_message(
             continue
         args: Any = fn.get("arguments", {})
         if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except json.JSONDecodeError as err:
+            args, problem = load_json(args, limits.max_depth) if args.strip() else ({}, None)
+            if problem is not None:
+                kind, detail = problem
                 items.append(
                     ToolCallError(
-                        "bad_json",
-                        f"the arguments of {fn['name']!r} are not valid JSON: {err.msg} at line {err.lineno}"
-                        f" column {err.colno}",
+                        kind,
+                        f"the arguments of {fn['name']!r} are not valid JSON: {detail}"
+                        if kind == "bad_json"
+                        else f"the arguments of {fn['name']!r}: {detail}",
                         raw=_short(fn.get("arguments")),
                         call_id=call_id,
                         name=fn["name"],
@@ -229,7 +304,62 @@ def validate_arguments(schema: Mapping[str, Any], args: Any) -> list[str]:
         want = props[name].get("type")
         if want is not None and not _has_type(value, want):
             problems.append(f"argument {name!r} must be {want}, got {_json_type(value)}")
+        elif isinstance(value, str) and (bad := invalid_char(value)) is not None:
+            problems.append(f"argument {name!r} holds {bad}; write plain text")
     return problems
+
+
+def invalid_char(text: str) -> str | None:
+    """A description of the first character of ``text`` that no program can be handed (a NUL, or a lone
+    UTF-16 surrogate such as a JSON ``\\ud800`` escape, which is not valid Unicode), else ``None``."""
+    m = _INVALID_CHAR.search(text)
+    if m is None:
+        return None
+    ch = m.group()
+    what = "a NUL character" if ch == "\0" else "a lone UTF-16 surrogate, which is not valid Unicode"
+    return f"{what} (U+{ord(ch):04X}) at character {m.start()}"
+
+
+def load_json(text: str, max_depth: int = MAX_JSON_DEPTH) -> tuple[Any, tuple[ErrorKind, str] | None]:
+    """``json.loads(text)`` that never raises: ``(value, None)`` or ``(None, (kind, what is wrong))``.
+
+    Nesting deeper than ``max_depth`` is refused before parsing (``too_deep``); a number with more digits than
+    Python converts (4300 by default) is ``bad_json`` like any other syntax error.
+    """
+    depth = json_depth(text, max_depth)
+    if depth > max_depth:
+        return None, (
+            "too_deep",
+            f"the JSON is nested more than {max_depth} levels deep (objects and arrays inside each other); "
+            "a tool call needs 2 or 3",
+        )
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as err:
+        return None, ("bad_json", f"{err.msg} at line {err.lineno} column {err.colno}")
+    except (ValueError, RecursionError) as err:  # a number too long to convert; the depth check should stop the rest
+        return None, ("bad_json", _short(str(err), 200))
+
+
+def json_depth(text: str, stop_above: int | None = None) -> int:
+    """How deeply JSON-like ``text`` nests ``{}``/``[]`` outside strings; stops counting above ``stop_above``.
+
+    Linear in ``text``; text that is not JSON gets a rough answer, which is enough to bound the parser.
+    """
+    if text.count("{") + text.count("[") <= (stop_above or 0):
+        return text.count("{") + text.count("[")
+    depth = deepest = 0
+    for m in _JSON_TOKEN.finditer(text):
+        ch = m.group()
+        if ch in "{[":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if stop_above is not None and deepest > stop_above:
+                    break
+        elif ch in "}]":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def last_boxed(text: str) -> str | None:
@@ -240,9 +370,11 @@ def last_boxed(text: str) -> str | None:
     """
     found = None
     pos = 0
-    pattern = re.compile(r"\\(?:boxed|fbox)\s*\{")
-    while (m := pattern.search(text, pos)) is not None:
-        end = _matching_brace(text, m.end() - 1)
+    closing: dict[int, int] | None = None
+    while (m := _BOXED.search(text, pos)) is not None:
+        if closing is None:
+            closing = _brace_pairs(text)  # once, only when there is a box: linear however many boxes there are
+        end = closing.get(m.end() - 1)
         if end is None:
             pos = m.end()
             continue
@@ -253,10 +385,46 @@ def last_boxed(text: str) -> str | None:
 
 def strip_tool_calls(text: str) -> str:
     """``text`` without its ``<tool_call>`` blocks (for looking at what the model said around them)."""
-    return parse_hermes(text, {}).text
+    return parse_hermes(text, {}, limits=ParseLimits(max_chars=None)).text
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[{}\[\]]', re.S)
+_INVALID_CHAR = re.compile("[\0\ud800-\udfff]")
+
+
+class _Finder:
+    """``text.find(tag, pos)`` remembered per tag, so a scan that only moves forward stays linear."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.cache: dict[str, tuple[int, int]] = {}
+
+    def __call__(self, tag: str, pos: int) -> int:
+        hit = self.cache.get(tag)
+        if hit is not None:
+            since, found = hit
+            if since <= pos and (found == -1 or found >= pos):
+                return found
+        found = self.text.find(tag, pos)
+        self.cache[tag] = (pos, found)
+        return found
+
+
+def _refused(kind: ErrorKind, message: str, raw: Any) -> ParsedTurn:
+    return ParsedTurn(text="", items=(ToolCallError(kind, message, raw=_short(raw)),), format="none")
+
+
+def _too_many(found: int, limit: int, raw: Any) -> ParsedTurn:
+    return _refused(
+        "too_many_calls",
+        f"the turn holds {found} tool calls and at most {limit} are allowed per turn, so none was run: make only "
+        "the calls you need (one program can compute several things)",
+        raw,
+    )
 
 
 def _looks_openai(data: Any) -> bool:
@@ -265,14 +433,18 @@ def _looks_openai(data: Any) -> bool:
     return isinstance(data, list) and bool(data) and all(isinstance(e, dict) and "function" in e for e in data)
 
 
-def _read_hermes_body(body: str, tools: Mapping[str, Mapping[str, Any]], call_id: str) -> ToolCall | ToolCallError:
+def _read_hermes_body(
+    body: str, tools: Mapping[str, Mapping[str, Any]], call_id: str, max_depth: int = MAX_JSON_DEPTH
+) -> ToolCall | ToolCallError:
     raw = body.strip()
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as err:
+    data, problem = load_json(raw, max_depth)
+    if problem is not None:
+        kind, detail = problem
+        if kind != "bad_json":
+            return ToolCallError(kind, f"the tool call cannot be read: {detail}", raw=_short(raw))
         return ToolCallError(
             "bad_json",
-            f"the tool call is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+            f"the tool call is not valid JSON: {detail}"
             ' (write {"name": ..., "arguments": {...}} with double-quoted strings and escaped newlines)',
             raw=_short(raw),
         )
@@ -284,12 +456,14 @@ def _read_hermes_body(body: str, tools: Mapping[str, Mapping[str, Any]], call_id
         )
     args = data.get("arguments", data.get("parameters", {}))
     if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        args, problem = load_json(args, max_depth) if args.strip() else ({}, None)
+        if problem is not None:
+            kind, detail = problem
             return ToolCallError(
-                "bad_json",
-                f'"arguments" of {data["name"]!r} is a string that is not a JSON object; pass an object',
+                kind,
+                f'"arguments" of {data["name"]!r} is a string that is not a JSON object; pass an object'
+                if kind == "bad_json"
+                else f'"arguments" of {data["name"]!r}: {detail}',
                 raw=_short(raw),
                 call_id=call_id,
                 name=data["name"],
@@ -347,22 +521,23 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _matching_brace(text: str, open_pos: int) -> int | None:
-    depth = 0
-    i = open_pos
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Position of each ``{`` → its matching ``}`` (escaped ``\\{``/``\\}`` skipped; unmatched ones left out).
+
+    One pass with a stack: the same pairing a forward scan from each brace would find, in linear time.
+    """
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE_TOKEN.finditer(text):
+        tok = m.group()
+        if tok == "{":
+            stack.append(m.start())
+        elif tok == "}" and stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
+
+
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)
 
 
 def _join_prose(parts: list[str]) -> str:
