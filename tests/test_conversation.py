@@ -3,6 +3,7 @@ simulator's HTTP contract, and the personalization score through ``claw-eval``."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -472,7 +473,6 @@ class _Broken(ScriptedPolicy):
 
 
 async def test_personalization_eval_counts_failed_generations():
-
     spec = claw_envs.family_spec("conversation")
     tasks = claw_envs.env_class(spec.env_id).default_tasks("test")
     report = await evaluate(_Broken(lambda m, s: ""), spec, tasks, n=3, k=1, seed=0, sampling=SamplingParams(seed=0))
@@ -482,10 +482,39 @@ async def test_personalization_eval_counts_failed_generations():
         await ScriptedPolicy(lambda m, s: "").generate([1, 2, 3], SamplingParams())
 
 
-def test_claw_eval_exits_1_when_every_generation_fails(monkeypatch, capsys):
+def test_claw_eval_exits_1_when_every_generation_fails(monkeypatch, capsys, tmp_path):
     import claw_train.policy.loader
     from claw_train.commands.evaluate import main
 
     monkeypatch.setattr(claw_train.policy.loader, "load_policy", lambda **kw: _Broken(lambda m, s: ""))
-    assert main(["--env", "conversation", "--policy", "inprocess", "--eval-n", "2"]) == 1
-    assert "every generation failed, e.g. server down" in capsys.readouterr().out
+    args = ["--env", "conversation", "--policy", "inprocess", "--eval-n", "2", "--output-dir", str(tmp_path)]
+    assert main(args) == 1
+    assert "every generation failed, e.g. server down" in " ".join(capsys.readouterr().out.split())
+
+
+def test_registered_and_async_api():
+    assert claw_envs.resolve_id("conversation") == "claw/Conversation-v0"
+
+    async def episode(seed):
+        env = ConversationEnv(persona="teacher")
+        await env.areset(seed=seed)
+        out = await env.astep(env.reference_action())
+        await env.aclose()
+        return out[1]
+
+    async def main():
+        return await asyncio.gather(*(episode(s) for s in range(10)))
+
+    assert asyncio.run(main()) == [1.0] * 10
+
+
+def test_a_bot_looking_reply_draws_a_style_complaint_even_when_its_number_is_wrong():
+    env = ConversationEnv(persona="student")
+    env.reset(seed=5)
+    answer = env.problem.answer
+    wrong = assistant_reply(env).replace(str(answer), str(answer + 100))
+    _, _, _, _, info = env.step(wrong)
+    ns = info["next_state"]
+    assert not info["answer_correct"]
+    style_corrections = {c for p in env.persona.preferences for c in p.phrasing.corrections}
+    assert ns.evaluative.score == -1.0 and ns.directive in style_corrections, ns.text

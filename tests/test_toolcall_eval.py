@@ -17,8 +17,9 @@ from claw_envs.toolcall.env import tool_call_text
 from claw_envs.toolcall.evaluation import AnswerEvaluation
 from claw_train.commands.evaluate import main
 from claw_train.evaluation import bootstrap_ci, evaluate, pass_at_k, summarize
+from claw_train.evaluation.runner import TURN_SEED_STRIDE
 from claw_train.families import tasks_for
-from claw_train.policy.base import Completion, Policy, SamplingParams
+from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
 
 # Problems and worked solutions written for these tests, in the style of competition solutions.
 PROBLEMS = [
@@ -250,6 +251,25 @@ def test_claw_eval_policy_down_is_a_clear_error(tmp_path, capsys):
     assert code == 1 and "every generation failed" in output and "127.0.0.1:9" in output, output
     record = read_jsonl(tmp_path / "episodes.jsonl")[0]
     assert record["failed_generation"] and not record["success"]
+
+
+class _DownThenCrash(Policy):
+    """Every generation fails; episode 1's second turn then crashes the episode (an infra failure)."""
+
+    async def generate(self, prompt, sampling, *, tools=None):
+        if sampling.seed == 1 + TURN_SEED_STRIDE:
+            raise RuntimeError("model crashed")
+        raise PolicyError("server down")
+
+
+def test_claw_eval_exits_1_when_every_graded_generation_failed(monkeypatch, tmp_path, capsys):
+    import claw_train.policy.loader
+
+    monkeypatch.setattr(claw_train.policy.loader, "load_policy", lambda **kw: _DownThenCrash())
+    code, output = invoke(capsys, "--eval-n", "2", "--eval-seed", "0", "--output-dir", str(tmp_path))
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert (s["samples"], s["infra_failures"]) == (1, 1)
+    assert code == 1 and "every generation failed, e.g. server down" in output, output
 
 
 class _WrongOrBroken(Policy):

@@ -37,7 +37,7 @@ def summarize(records: Sequence[Mapping[str, Any]], k: int, seed: int = 0) -> di
     """Task-level metrics over episode records (``task_id``, ``outcome``, ``success``, ``status``).
 
     Records whose status is not ``ok`` (infrastructure failures) are left out and counted; k is lowered to
-    the fewest graded samples any task has.
+    the fewest graded samples any task has. ``failed_generations`` counts graded samples only.
     """
     graded: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
@@ -57,7 +57,8 @@ def summarize(records: Sequence[Mapping[str, Any]], k: int, seed: int = 0) -> di
         "tasks_without_samples": len(graded) - len(counted),
         "samples": len(every),
         "infra_failures": sum(r.get("status", "ok") != "ok" for r in records),
-        "failed_generations": sum(bool(r.get("failed_generation")) for r in records),
+        # of the graded samples (those in the score), so "all of them" means every scored reply was empty
+        "failed_generations": sum(bool(r.get("failed_generation")) for rs in counted.values() for r in rs),
         "k": k_eff,
         "k_requested": k,
         "score": statistics.fmean(outcomes),
