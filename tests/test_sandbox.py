@@ -17,6 +17,7 @@ import uuid
 import warnings
 from pathlib import Path
 
+import gymnasium
 import pytest
 
 from claw_envs.sandbox import ExecResult, LocalSandbox, SandboxError, make_sandbox
@@ -128,11 +129,13 @@ def test_files_round_trip_between_host_and_commands(sb):
 
 
 @needs_bwrap
-def test_the_python_interpreter_works_inside_with_project_packages_read_only(sb):
-    code = "import sys, claw_envs, gymnasium; print(sys.executable); print(claw_envs.__file__)"
+def test_the_python_interpreter_works_inside_with_installed_packages_read_only(sb):
+    code = "import sys, gymnasium; print(sys.executable); print(gymnasium.__file__)"
     res = sb.run([sb.python, "-c", code])
     assert res.ok, res.stderr
-    assert res.stdout.splitlines()[0] == sys.executable
+    assert res.stdout.splitlines() == [sys.executable, gymnasium.__file__]
+    res = sb.run([sb.python, "-c", "import claw_envs"])  # an editable install's sources live in the checkout
+    assert "ModuleNotFoundError" in res.stderr
     assert sb.run("python -c 'print(6 * 7)'").stdout == "42\n"
     target = Path(sys.prefix) / f"claw-escape-{token()}"
     res = sb.run([sb.python, "-c", f"open({str(target)!r}, 'w').write('x')"])
@@ -205,8 +208,10 @@ def test_symlinks_made_inside_cannot_leak_host_files(sb, tmp_path):
         sb.write_file("leak", "overwritten")
     with pytest.raises(ValueError, match="outside"):
         sb.write_file("leakdir/new.txt", "x")
+    with pytest.raises(ValueError, match="outside"):
+        sb.write_file("leakdir/sub/new.txt", "x")  # no folder is made on the host either
     assert secret.read_text() == "host secret"
-    assert not (tmp_path / "new.txt").exists()
+    assert not (tmp_path / "new.txt").exists() and not (tmp_path / "sub").exists()
     assert sb.run("cat leak").returncode != 0  # the host path does not exist inside
 
 
@@ -430,6 +435,19 @@ def test_limits_hold_without_the_prlimit_tool(monkeypatch):
         assert res.stdout.split() == [str(256 * 1024), "7"]
 
 
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="bubblewrap runs as another uid only when started as root")
+def test_where_bwrap_cannot_run_as_nobody_it_runs_as_root_with_a_warning(monkeypatch):
+    monkeypatch.setattr(local_module, "_run_as_host_uid", lambda: ("/bin/false",))
+    monkeypatch.setattr(local_module, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="cannot run as uid 65534"):
+        box = LocalSandbox(isolation="bwrap")
+    with box:
+        box.write_file("sub/in.txt", "x")
+        assert box.run("cat sub/in.txt && echo y > sub/out.txt && id -u").stdout == "x1000\n"
+        assert box.read_file("sub/out.txt") == b"y\n"
+
+
 # -- fallbacks and the other backend -----------------------------------------------------------------
 
 
@@ -444,6 +462,7 @@ def test_without_bubblewrap_it_runs_with_rlimits_and_warns(monkeypatch):
         assert res.stdout.split() == [box.workspace, str(512 * 1024), "30", str(box._root / "home")]
         box.write_file("f.txt", "abc")
         assert box.run("cat f.txt").stdout == "abc"
+        assert box.run(f": {'x' * 200_000}; echo long").stdout == "long\n"  # past the 128 KiB argument limit
         res = box.run(["python", "-c", "x = bytearray(4 << 30)"])
         assert "MemoryError" in res.stderr
         tok = token()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+DISK_QUOTA_NOTE = "[sandbox] disk quota exceeded"
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,10 @@ class Limits:
     max_processes: int = 128
     max_file_mb: int = 64
     open_files: int = 1024
+    disk_mb: int = 256  # the workspace, /tmp and home together (a per-sandbox tmpfs where the host allows)
 
     def __post_init__(self) -> None:
-        for name in ("memory_mb", "cpu_seconds", "max_processes", "max_file_mb", "open_files"):
+        for name in ("memory_mb", "cpu_seconds", "max_processes", "max_file_mb", "open_files", "disk_mb"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -86,12 +88,16 @@ def apply_rlimits(triples: list[tuple[int, int, int]]) -> None:
         resource.setrlimit(res, (soft, hard))
 
 
-def limit_note(limits: Limits, code: int, timed_out: bool, timeout: float, oom_kills: int = 0) -> str:
-    """A line for stderr that says which limit ended a command, or ``""`` when none did."""
+def limit_note(
+    limits: Limits, code: int, timed_out: bool, timeout: float, oom_kills: int = 0, disk_full: bool = False
+) -> str:
+    """A line for stderr that says which limit ended a command (or left the disk full), or ``""`` when none did."""
     if timed_out:
         return f"[sandbox] timed out after {timeout:g} s: the command and everything it started were killed\n"
     if oom_kills:
         return f"[sandbox] {oom_kills} process(es) killed: memory limit of {limits.memory_mb} MB exceeded\n"
+    if disk_full:
+        return f"{DISK_QUOTA_NOTE}: the workspace, /tmp and home may hold at most {limits.disk_mb} MB together\n"
     if code == 128 + signal.SIGXCPU:
         return f"[sandbox] killed: CPU time limit of {limits.cpu_seconds} s exceeded\n"
     if code == 128 + signal.SIGXFSZ:

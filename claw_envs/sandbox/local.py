@@ -6,34 +6,53 @@ directories, the network is loopback only, no capabilities are left, and when th
 pid namespace takes everything it started with it. Without bubblewrap commands still run with the
 rlimits in the workspace directory, and a warning says how much less that isolates.
 
+What the host shows inside: the system directories, a copy of the harmless parts of ``/etc``, and the
+interpreter's prefixes and site-packages, all read-only, plus ``binds_ro``. Never the working directory,
+``$HOME``, the checkout or other ``sys.path`` entries (an editable install's sources are not importable
+inside). As root, bubblewrap itself runs as host uid ``HOST_UID`` (nobody, via ``setpriv``), so the sandbox
+user is not host root on the file system: files the host keeps private (``0600``, ``0700``) stay unreadable,
+and a host unix socket is reachable only where anyone on the host may connect to it. Folders that uid cannot
+traverse to (an interpreter under ``/root``) are bind-mounted read-only into the sandbox's own folder first.
+
+Disk: the workspace, /tmp and home share one size cap, ``disk_mb`` (a tmpfs per sandbox, see
+:mod:`claw_envs.sandbox.folders`); ``/dev/shm`` has the same cap per command. A write past it fails with
+"No space left on device" and the command's stderr says the quota was exceeded. Folders left by a killed
+process are swept when the first sandbox of a process starts.
+
 Limits: ``RLIMIT_AS``/``CPU``/``FSIZE``/``NOFILE`` are set in the child before exec; the process
 count uses ``RLIMIT_NPROC`` inside the user namespace (the kernel ignores it for root, so as root a
 fresh pids+memory cgroup per command does it when the host allows). Output is read incrementally
-into a head+tail buffer of ``output_limit`` bytes per stream.
+into a head+tail buffer of ``output_limit`` bytes per stream. A shell command too long for one
+argument (the kernel caps each at 128 KiB) is read by the shell from an inherited memory file.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import functools
 import os
 import posixpath
 import selectors
 import shutil
 import signal
+import site
+import stat
 import subprocess
 import sys
-import tempfile
+import sysconfig
+import threading
 import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 from claw_envs.sandbox.base import ExecResult, Sandbox, SandboxError
+from claw_envs.sandbox.folders import is_full, new_folder, remove_folder, stage_bind, sweep_orphans
 from claw_envs.sandbox.limits import (
     Limits,
     RunCgroup,
@@ -47,9 +66,11 @@ from claw_envs.sandbox.output import CappedOutput
 
 SANDBOX_UID = 1000
 SANDBOX_USER = "sandbox"
+HOST_UID = 65534  # as root, bubblewrap and the commands run as this host uid and gid (nobody)
 INSIDE_WORKSPACE = "/workspace"
 INSIDE_HOME = f"/home/{SANDBOX_USER}"
 INSIDE_TMP = "/tmp"
+AREAS = ("workspace", "tmp", "home")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_ENTRIES = (
     "alternatives",
@@ -82,6 +103,7 @@ CGROUP_JOIN = (  # sh -c CGROUP_JOIN sh <cgroup.procs files...> -- <command...>
     'shift; exec "$@"'
 )
 RUN_MARKER = "CLAW_SANDBOX_RUN"  # set in every command's environment; finds escaped processes without bwrap
+ARG_INLINE_MAX = 64 << 10  # longer shell commands are read from a memory file (one argument holds <= 128 KiB)
 EXIT_GRACE = 0.2  # seconds to wait for output pipes to close after the command itself exited
 DRAIN_WAIT = 2.0  # seconds to keep reading after a kill
 _CHUNK = 1 << 16
@@ -97,8 +119,9 @@ class LocalSandbox(Sandbox):
     where they are unavailable). The attribute of the same name says what is in force:
     ``"bwrap"`` or ``"rlimits-only"``. ``binds_ro`` are extra host paths made visible read-only at the
     same path (or ``(host_path, inside_path)`` pairs). ``python`` is the interpreter to use inside;
-    the running interpreter's prefixes and the project's packages are bound read-only so that it
-    imports what it imports here.
+    its prefixes and site-packages are bound read-only, so it imports the installed packages.
+    ``disk_mb`` caps what the workspace, /tmp and home hold together; ``disk_capped`` says whether
+    the cap is in force (it needs root to mount).
 
     Every command's processes end with it: background jobs do not outlive the command.
     """
@@ -110,6 +133,7 @@ class LocalSandbox(Sandbox):
         cpu_seconds: int = 30,
         max_processes: int = 128,
         max_file_mb: int = 64,
+        disk_mb: int = 256,
         output_limit: int = 65536,
         network: bool = False,
         binds_ro: Iterable[str | tuple[str, str]] = (),
@@ -119,17 +143,23 @@ class LocalSandbox(Sandbox):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'rlimits', got {isolation!r}")
         if not isinstance(output_limit, int) or output_limit < 2:
             raise ValueError(f"output_limit must be an integer >= 2, got {output_limit!r}")
-        self.limits = Limits(memory_mb, cpu_seconds, max_processes, max_file_mb)
+        self.limits = Limits(memory_mb, cpu_seconds, max_processes, max_file_mb, disk_mb=disk_mb)
         self.output_limit = output_limit
         self.network = bool(network)
         self.binds_ro = _normalise_binds(binds_ro)
         self.python = sys.executable
         self._closed = False
         self._running: set[tuple[subprocess.Popen, str, RunCgroup | None]] = set()
-        self._root = Path(tempfile.mkdtemp(prefix="claw-sandbox-"))
-        self._finalizer = weakref.finalize(self, _remove_tree, self._root)
-        for name in ("workspace", "tmp", "home"):
+        _sweep_once()
+        self._root, self.disk_capped = new_folder(quota=self.limits.disk_mb << 20)
+        self._finalizer = weakref.finalize(self, remove_folder, self._root)
+        for name in AREAS:
             (self._root / name).mkdir()
+        self._run_as: list[str] = []  # the prefix that starts bubblewrap as HOST_UID, when it does
+        if not self.disk_capped:
+            _warn_once(
+                "LocalSandbox: no disk quota (mounting a size-capped tmpfs needs root): commands may fill the disk."
+            )
         self._shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
         self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
 
@@ -139,8 +169,7 @@ class LocalSandbox(Sandbox):
         elif bwrap is None:
             reason = "bubblewrap (bwrap) is not installed"
         else:
-            self._bwrap_args = self._bwrap_base(bwrap)
-            reason = _probe(tuple(self._bwrap_args), self._root)
+            reason = self._set_up_bwrap(bwrap)
         if reason is not None and isolation == "bwrap":
             self.close()
             raise SandboxError(f"isolation='bwrap' requested but bubblewrap cannot run here: {reason}")
@@ -152,7 +181,7 @@ class LocalSandbox(Sandbox):
         else:
             self.isolation = "rlimits-only"
             self.workspace = str(self._root / "workspace")
-            self._areas = {str(self._root / name): name for name in ("workspace", "tmp", "home")}
+            self._areas = {str(self._root / name): name for name in AREAS}
             _warn_once(
                 f"LocalSandbox runs WITHOUT namespace isolation ({reason}): commands can read and write "
                 "anything this user can and reach the network; only rlimits apply. Install bubblewrap "
@@ -186,72 +215,16 @@ class LocalSandbox(Sandbox):
             raise SandboxError("this sandbox is closed")
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        argv = self._argv(cmd)
+        argv, script = self._argv(cmd)
         if not argv:
             return ExecResult(127, "", "sandbox: empty command")
         inside_cwd = self._inside_path(cwd if cwd is not None else ".")
-        host_cwd = self._host_path(inside_cwd)
-        if not host_cwd.is_dir():
+        if not self._host_path(inside_cwd).is_dir():
             return ExecResult(1, "", f"sandbox: working directory {inside_cwd} does not exist")
-        run_id = uuid.uuid4().hex
-        environment = self._environment(env, run_id)
-        cgroup = RunCgroup.create(self.limits) if self._cgroups_usable else None
-        if self.isolation == "bwrap":
-            full = [*self._bwrap_args, "--chdir", inside_cwd]
-            for key, value in environment.items():
-                full += ["--setenv", key, value]
-            inner = [self._prlimit, f"--nproc={self.limits.max_processes}", "--"] if self._prlimit else []
-            full += ["--", *inner, *argv]
-            popen_env, popen_cwd, nproc = {}, None, None
-        else:
-            full, popen_env, popen_cwd = argv, environment, str(host_cwd)
-            nproc = None if os.geteuid() == 0 else user_task_count(os.getuid()) + self.limits.max_processes
-        launch, preexec = self._launcher(self.limits.rlimits(nproc=nproc), cgroup)
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        start = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                [*launch, *full],
-                stdin=subprocess.PIPE if data else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=popen_cwd,
-                env=popen_env,
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
-        except (OSError, ValueError, subprocess.SubprocessError) as err:
-            if cgroup:
-                cgroup.remove()
-            if isinstance(err, subprocess.SubprocessError) or (isinstance(err, OSError) and self.isolation == "bwrap"):
-                raise SandboxError(f"could not launch the sandboxed command: {err}") from err
-            code = 127 if isinstance(err, FileNotFoundError) else 126
-            return ExecResult(code, "", f"sandbox: cannot start {argv[0]!r}: {err}", duration=time.monotonic() - start)
-        oom_kills = 0
-        running = (proc, run_id, cgroup)
-        self._running.add(running)
-        try:
-            out, err, timed_out = self._communicate(proc, timeout, data, run_id, cgroup)
-        finally:
-            self._running.discard(running)
-            self._kill_tree(proc, run_id, cgroup)
-            proc.wait()
-            if cgroup:
-                oom_kills = cgroup.oom_kills()
-                cgroup.remove()
-        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        if cgroup is not None and code == 125 and err.head.startswith(CGROUP_JOIN_FAILED.encode()):
-            raise SandboxError(err.text().strip())
-        if self.isolation == "bwrap" and code == 1 and out.total == 0 and err.head.startswith(b"bwrap: "):
-            raise SandboxError(f"bubblewrap failed to start the command: {err.text().strip()}")
-        return ExecResult(
-            returncode=code,
-            stdout=out.text(),
-            stderr=with_note(err.text(), limit_note(self.limits, code, timed_out, timeout, oom_kills)),
-            timed_out=timed_out,
-            duration=time.monotonic() - start,
-            truncated=out.truncated or err.truncated,
-        )
+        with _memory_file(script) as fds:
+            if fds:  # the shell reads the script from the file instead of its argument
+                argv = [self._shell, "-c", f'eval "$(cat <&{fds[0]})" {fds[0]}<&-']
+            return self._execute(argv, fds, timeout, env, inside_cwd, stdin)
 
     def read_file(self, path: str) -> bytes:
         """Bytes of ``path`` (relative to the workspace, or absolute under the workspace, /tmp or $HOME)."""
@@ -261,11 +234,7 @@ class LocalSandbox(Sandbox):
     def write_file(self, path: str, data: str | bytes) -> None:
         """Create or replace ``path``; parents are created; a symlink is never written through."""
         host = self._host_path(self._inside_path(path))
-        area = self._area_of(host)
-        parent = host.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        if not parent.resolve().is_relative_to(area.resolve()):
-            raise ValueError(f"{path!r} leads outside the sandbox (through a symlink)")
+        self._make_parents(path, host)
         payload = data.encode() if isinstance(data, str) else bytes(data)
         try:
             fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -274,6 +243,8 @@ class LocalSandbox(Sandbox):
                 raise ValueError(f"{path!r} is a symlink; refusing to write through it") from err
             raise
         with os.fdopen(fd, "wb") as fh:
+            if self._run_as:
+                os.fchown(fh.fileno(), HOST_UID, HOST_UID)
             fh.write(payload)
 
     def close(self) -> None:
@@ -305,6 +276,29 @@ class LocalSandbox(Sandbox):
                 return self._root / name
         raise ValueError(f"{host} is outside the sandbox")
 
+    def _make_parents(self, path: str, host: Path) -> None:
+        """Create the folders above ``host`` (owned by the sandbox user), never through a symlink out of its area."""
+        area = self._area_of(host)
+        folder = area
+        for part in host.parent.relative_to(area).parts:
+            folder = folder / part
+            if not folder.resolve().is_relative_to(area.resolve()):
+                raise ValueError(f"{path!r} leads outside the sandbox (through a symlink)")
+            if not folder.is_dir():
+                folder.mkdir()
+                self._own(folder)
+
+    def _own(self, path: Path) -> None:
+        """Hand ``path`` to the host uid commands run as (when that is not this process's)."""
+        if self._run_as:
+            os.chown(path, HOST_UID, HOST_UID, follow_symlinks=False)
+
+    def _own_areas(self) -> None:
+        """Hand the workspace, /tmp and home to the host uid commands run as."""
+        uid, gid = (HOST_UID, HOST_UID) if self._run_as else (os.getuid(), os.getgid())
+        for name in AREAS:
+            os.chown(self._root / name, uid, gid)
+
     def _resolved(self, path: str) -> Path:
         host = self._host_path(self._inside_path(path))
         area = self._area_of(host)
@@ -315,12 +309,100 @@ class LocalSandbox(Sandbox):
 
     # -- launching ---------------------------------------------------------------------------
 
-    def _argv(self, cmd: str | Sequence[str]) -> list[str]:
-        if isinstance(cmd, str):
-            return [self._shell, "-c", cmd]
+    def _execute(
+        self,
+        argv: list[str],
+        fds: tuple[int, ...],
+        timeout: float,
+        env: Mapping[str, str] | None,
+        inside_cwd: str,
+        stdin: str | bytes | None,
+    ) -> ExecResult:
+        """Start ``argv`` (passing it ``fds``), feed it ``stdin``, collect its output and clean up after it."""
+        run_id = uuid.uuid4().hex
+        command, popen_env, popen_cwd, nproc = self._command_line(argv, inside_cwd, self._environment(env, run_id))
+        cgroup = RunCgroup.create(self.limits) if self._cgroups_usable else None
+        launch, preexec = self._launcher(self.limits.rlimits(nproc=nproc), cgroup)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                [*launch, *command],
+                stdin=subprocess.PIPE if data else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=popen_cwd,
+                env=popen_env,
+                start_new_session=True,
+                preexec_fn=preexec,
+                pass_fds=fds,
+            )
+        except (OSError, ValueError, subprocess.SubprocessError) as err:
+            if cgroup:
+                cgroup.remove()
+            return self._launch_failure(err, argv[0], start)
+        oom_kills = 0
+        running = (proc, run_id, cgroup)
+        self._running.add(running)
+        try:
+            out, err, timed_out = self._communicate(proc, timeout, data, run_id, cgroup)
+        finally:
+            self._running.discard(running)
+            self._kill_tree(proc, run_id, cgroup)
+            proc.wait()
+            if cgroup:
+                oom_kills = cgroup.oom_kills()
+                cgroup.remove()
+        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        if cgroup is not None and code == 125 and err.head.startswith(CGROUP_JOIN_FAILED.encode()):
+            raise SandboxError(err.text().strip())
+        if self.isolation == "bwrap" and code == 1 and out.total == 0 and err.head.startswith(b"bwrap: "):
+            raise SandboxError(f"bubblewrap failed to start the command: {err.text().strip()}")
+        disk_full = self.disk_capped and is_full(self._root)
+        return ExecResult(
+            returncode=code,
+            stdout=out.text(),
+            stderr=with_note(err.text(), limit_note(self.limits, code, timed_out, timeout, oom_kills, disk_full)),
+            timed_out=timed_out,
+            duration=time.monotonic() - start,
+            truncated=out.truncated or err.truncated,
+        )
+
+    def _command_line(
+        self, argv: list[str], inside_cwd: str, environment: dict[str, str]
+    ) -> tuple[list[str], dict[str, str], str | None, int | None]:
+        """What to exec (after the launcher), its environment, its host cwd, and the RLIMIT_NPROC to set outside."""
+        if self.isolation != "bwrap":
+            nproc = None if os.geteuid() == 0 else user_task_count(os.getuid()) + self.limits.max_processes
+            return argv, environment, str(self._host_path(inside_cwd)), nproc
+        full = [*self._run_as, *self._bwrap_args, "--chdir", inside_cwd]
+        for key, value in environment.items():
+            full += ["--setenv", key, value]
+        inner = [self._prlimit, f"--nproc={self.limits.max_processes}", "--"] if self._prlimit else []
+        return [*full, "--", *inner, *argv], {}, None, None
+
+    def _launch_failure(self, err: Exception, program: str, start: float) -> ExecResult:
+        """A command that could not be started: the agent's error (126/127), or :class:`SandboxError` when the
+        sandbox could not start."""
+        duration = time.monotonic() - start
+        if isinstance(err, OSError) and err.errno == errno.E2BIG:
+            message = f"sandbox: the command is too long to start ({err.strerror}); write long text to a file first"
+            return ExecResult(126, "", message, duration=duration)
+        if isinstance(err, subprocess.SubprocessError) or (isinstance(err, OSError) and self.isolation == "bwrap"):
+            raise SandboxError(f"could not launch the sandboxed command: {err}") from err
+        code = 127 if isinstance(err, FileNotFoundError) else 126
+        return ExecResult(code, "", f"sandbox: cannot start {program!r}: {err}", duration=duration)
+
+    def _argv(self, cmd: str | bytes | Sequence[str]) -> tuple[list[str], bytes | None]:
+        """The argv to start, and the script for a shell command too long to pass as one argument."""
         if isinstance(cmd, bytes):
-            return [self._shell, "-c", cmd.decode("utf-8", errors="replace")]
-        return [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in cmd]
+            cmd = cmd.decode("utf-8", errors="replace")
+        if not isinstance(cmd, str):
+            return [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in cmd], None
+        script = cmd.encode(errors="surrogatepass")
+        if len(script) < ARG_INLINE_MAX:
+            return [self._shell, "-c", cmd], None
+        return [self._shell, "-c", cmd], script
 
     def _environment(self, extra: Mapping[str, str] | None, run_id: str) -> dict[str, str]:
         home = INSIDE_HOME if self.isolation == "bwrap" else str(self._root / "home")
@@ -342,6 +424,27 @@ class LocalSandbox(Sandbox):
         env[RUN_MARKER] = run_id
         return env
 
+    def _set_up_bwrap(self, bwrap: str) -> str | None:
+        """Build the bubblewrap command line and check that it starts: ``None``, or the reason it cannot.
+
+        As root, bubblewrap runs as ``HOST_UID``; where that uid may not make namespaces, it runs as root
+        (the sandbox user is then host root on the file system, without capabilities), with a warning.
+        """
+        self._run_as = list(_run_as_host_uid())
+        self._own_areas()
+        self._bwrap_args = self._bwrap_base(bwrap)
+        reason = _probe(tuple(self._run_as + self._bwrap_args), self._root)
+        if reason is None or not self._run_as:
+            return reason
+        _warn_once(
+            f"LocalSandbox: bubblewrap cannot run as uid {HOST_UID} here ({reason}); it runs as root, so host files "
+            "private to root are readable where a sandbox shows them."
+        )
+        self._run_as = []
+        self._own_areas()
+        self._bwrap_args = self._bwrap_base(bwrap)
+        return _probe(tuple(self._bwrap_args), self._root)
+
     def _bwrap_base(self, bwrap: str) -> list[str]:
         """The bubblewrap command line shared by every command of this sandbox."""
         args = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
@@ -355,18 +458,30 @@ class LocalSandbox(Sandbox):
                 args += ["--symlink", os.readlink(name), name]
             elif os.path.isdir(name):
                 args += ["--ro-bind", name, name]
-        args += ["--ro-bind", _shared_etc(), "/etc"]
+        args += ["--ro-bind", str(_shared() / "etc"), "/etc"]
         args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--perms", "1777", "--size", str(self.limits.disk_mb << 20), "--tmpfs", "/dev/shm"]
         args += ["--bind", str(self._root / "tmp"), INSIDE_TMP]
         args += ["--bind", str(self._root / "home"), INSIDE_HOME]
         args += ["--bind", str(self._root / "workspace"), INSIDE_WORKSPACE]
         args += ["--symlink", INSIDE_TMP, "/var/tmp"]
-        for path in _python_roots():
-            args += ["--ro-bind", path, path]
-        for host, inside in self.binds_ro:
-            args += ["--ro-bind", host, inside]
+        for path in _interpreter_dirs():
+            args += ["--ro-bind", self._reachable(path), path]
+        for i, (host, inside) in enumerate(self.binds_ro):
+            args += ["--ro-bind", self._reachable(host, self._root / "binds" / str(i)), inside]
         args += ["--remount-ro", "/"]
         return args
+
+    def _reachable(self, host: str, stage_at: Path | None = None) -> str:
+        """``host``, or where a read-only view of it is staged (``stage_at``, else a folder shared by this
+        process's sandboxes) when the uid bubblewrap runs as cannot search the folders above it."""
+        if not self._run_as or _searchable(host):
+            return host
+        if stage_at is None:
+            return _staged(host)
+        if not stage_at.exists():
+            stage_bind(host, stage_at)
+        return str(stage_at)
 
     # -- collecting output and cleaning up ---------------------------------------------------
 
@@ -443,6 +558,22 @@ class LocalSandbox(Sandbox):
             _kill_marked(run_id)
 
 
+@contextlib.contextmanager
+def _memory_file(data: bytes | None) -> Iterator[tuple[int, ...]]:
+    """``(fd,)`` of an anonymous in-memory file holding ``data``, closed after the block; ``()`` without data."""
+    if data is None:
+        yield ()
+        return
+    fd = os.memfd_create("claw-command", os.MFD_CLOEXEC)
+    try:
+        with open(fd, "wb", closefd=False) as fh:
+            fh.write(data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield (fd,)
+    finally:
+        os.close(fd)
+
+
 def _write_some(stream: object, pending: memoryview | None) -> memoryview | None:
     if not pending:
         return None
@@ -475,24 +606,69 @@ def _kill_marked(run_id: str) -> None:
             return
 
 
-def _python_roots() -> list[str]:
-    """Host directories the running interpreter needs: prefixes, sys.path entries, editable packages."""
-    candidates = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
-    candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    candidates += [p for p in sys.path if p and os.path.isabs(p)]
-    for finder in sys.meta_path:  # setuptools editable installs map package names to source folders
-        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "") or ""), "MAPPING", None)
-        if isinstance(mapping, dict):
-            candidates += [v for v in mapping.values() if isinstance(v, str)]
-    own = (INSIDE_TMP, INSIDE_HOME, INSIDE_WORKSPACE, "/var/tmp")  # never hidden behind a host directory
-    roots: list[str] = []
+def _interpreter_dirs() -> list[str]:
+    """The host folders the interpreter needs: its prefixes and site-packages. Never other ``sys.path`` entries
+    (the working directory, a checkout, an editable install's sources), nor a folder holding the home or
+    working directory, nor one that would hide the sandbox's own folders."""
+    paths = sysconfig.get_paths()
+    candidates = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
+    candidates.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    candidates.update(paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
+    candidates.update(p for p in [*site.getsitepackages(), site.getusersitepackages()] if p in sys.path)
+    kept_out = (os.path.expanduser("~"), os.getcwd(), INSIDE_TMP, INSIDE_HOME, INSIDE_WORKSPACE, "/var/tmp")
+    dirs: list[str] = []
     for path in sorted({os.path.abspath(p) for p in candidates if os.path.isdir(p)}):
-        if path == "/" or any(path == r or path.startswith(r.rstrip("/") + "/") for r in (*roots, *SYSTEM_DIRS)):
+        if _within(path, (*dirs, *SYSTEM_DIRS)):
+            continue  # already visible
+        if path == "/" or any(_within(private, (path,)) for private in kept_out):
+            _warn_once(f"LocalSandbox: {path} is not shown inside (it holds home, the working directory or /tmp).")
             continue
-        if any(m == path or m.startswith(path.rstrip("/") + "/") for m in own):
-            continue  # e.g. a script run from /tmp: binding /tmp would show the host's /tmp, read-only, inside
-        roots.append(path)
-    return roots
+        dirs.append(path)
+    return dirs
+
+
+def _within(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _searchable(path: str) -> bool:
+    """Whether any user may reach ``path``: every folder above it lets others search it."""
+    return all(os.stat(folder).st_mode & stat.S_IXOTH for folder in Path(os.path.realpath(path)).parents)
+
+
+_staging_lock = threading.Lock()
+_stages: dict[str, str] = {}
+
+
+def _staged(host: str) -> str:
+    """A read-only view of ``host`` in this process's shared sandbox folder (staged once)."""
+    with _staging_lock:
+        if host not in _stages:
+            mountpoint = _shared() / "binds" / str(len(_stages))
+            stage_bind(host, mountpoint)
+            _stages[host] = str(mountpoint)
+        return _stages[host]
+
+
+@functools.cache
+def _run_as_host_uid() -> tuple[str, ...]:
+    """The ``setpriv`` prefix that starts bubblewrap as ``HOST_UID`` when this process is root, else ``()``."""
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
+    if setpriv is None:
+        _warn_once(
+            "LocalSandbox: setpriv (util-linux) is missing, so bubblewrap runs as root and host files private "
+            "to root are readable where a sandbox shows them."
+        )
+        return ()
+    return (setpriv, f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups", "--")
+
+
+@functools.cache
+def _sweep_once() -> None:
+    """Remove the folders of sandboxes whose process died (once per process, before its first sandbox)."""
+    sweep_orphans()
 
 
 def _normalise_binds(binds: Iterable[str | tuple[str, str]]) -> tuple[tuple[str, str], ...]:
@@ -509,16 +685,19 @@ def _normalise_binds(binds: Iterable[str | tuple[str, str]]) -> tuple[tuple[str,
 
 
 @functools.cache
-def _shared_etc() -> str:
-    """A read-only ``/etc`` for every sandbox of this process: copies of the few host entries that
-    commands need (no secrets: not shadow, not ssl/private) plus our own passwd and group.
+def _shared() -> Path:
+    """This process's folder for all its sandboxes: staged binds, and ``etc``, a read-only ``/etc`` with copies
+    of the few host entries commands need (no secrets: not shadow, not ssl/private) plus our own passwd and group.
 
-    One bind mount instead of one per entry keeps each command's start-up cheap.
+    One bind mount for /etc instead of one per entry keeps each command's start-up cheap.
     """
-    root = Path(tempfile.mkdtemp(prefix="claw-sandbox-etc-"))
-    atexit.register(shutil.rmtree, root, True)
+    root, _capped = new_folder("shared-")
+    atexit.register(remove_folder, root)
+    etc = root / "etc"
+    etc.mkdir()
+    etc.chmod(0o755)
     for name in ETC_ENTRIES:
-        src, dst = Path("/etc", name), root / name
+        src, dst = Path("/etc", name), etc / name
         if not os.path.lexists(src):
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -527,13 +706,13 @@ def _shared_etc() -> str:
                 shutil.copytree(src, dst, symlinks=True)
             else:
                 shutil.copy2(src, dst, follow_symlinks=False)
-    (root / "passwd").write_text(
+    (etc / "passwd").write_text(
         "root:x:0:0:root:/root:/usr/sbin/nologin\n"
         f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:claw sandbox:{INSIDE_HOME}:/bin/bash\n"
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
-    (root / "group").write_text(f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
-    return str(root)
+    (etc / "group").write_text(f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+    return root
 
 
 @functools.cache
@@ -576,19 +755,3 @@ def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def _remove_tree(root: Path) -> None:
-    """Delete ``root`` even when a command left directories without write permission."""
-
-    def fix(func, path, _exc):  # type: ignore[no-untyped-def]
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-        with contextlib.suppress(OSError):
-            func(path)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(root, onexc=fix)
-    else:
-        shutil.rmtree(root, onerror=fix)

@@ -13,12 +13,21 @@ from dataclasses import dataclass
 
 from claw_envs.core import Evaluative
 from claw_envs.sandbox import ExecResult
+from claw_envs.sandbox.limits import DISK_QUOTA_NOTE
 from claw_envs.toolcall.tools import cap_text
 
 CLEAN_RUN_SCORE = 0.5
 
 # (pattern over an error line, what it means); the first pattern that matches a line of stderr wins
 _EXPLANATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(re.escape(DISK_QUOTA_NOTE)),
+        "delete files you no longer need (rm) and write less: keep only what the task needs",
+    ),
+    (
+        re.compile(r"No space left on device|Disk quota exceeded"),
+        "the disk is full; delete files you no longer need (rm) and write less",
+    ),
     (
         re.compile(r"command not found"),
         "the command does not exist here; use a standard tool (ls, cat, grep, sed, awk, sort, find, tar, …)",
