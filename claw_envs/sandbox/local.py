@@ -15,9 +15,9 @@ and a host unix socket is reachable only where anyone on the host may connect to
 traverse to (an interpreter under ``/root``) are bind-mounted read-only into the sandbox's own folder first.
 
 Disk: the workspace, /tmp and home share one size cap, ``disk_mb`` (a tmpfs per sandbox, see
-:mod:`claw_envs.sandbox.folders`); ``/dev/shm`` has the same cap per command. A write past it fails with
-"No space left on device" and the command's stderr says the quota was exceeded. Folders left by a killed
-process are swept when the first sandbox of a process starts.
+:mod:`claw_envs.sandbox.folders`); ``/dev/shm`` has the same cap per command (bubblewrap >= 0.8). A write
+past it fails with "No space left on device" and the command's stderr says the quota was exceeded. Folders
+left by a killed process are swept when the first sandbox of a process starts.
 
 Limits: ``RLIMIT_AS``/``CPU``/``FSIZE``/``NOFILE`` are set in the child before exec; the process
 count uses ``RLIMIT_NPROC`` inside the user namespace (the kernel ignores it for root, so as root a
@@ -460,7 +460,8 @@ class LocalSandbox(Sandbox):
                 args += ["--ro-bind", name, name]
         args += ["--ro-bind", str(_shared() / "etc"), "/etc"]
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--perms", "1777", "--size", str(self.limits.disk_mb << 20), "--tmpfs", "/dev/shm"]
+        if "--size" in _bwrap_help(bwrap):  # bubblewrap >= 0.8
+            args += ["--perms", "1777", "--size", str(self.limits.disk_mb << 20), "--tmpfs", "/dev/shm"]
         args += ["--bind", str(self._root / "tmp"), INSIDE_TMP]
         args += ["--bind", str(self._root / "home"), INSIDE_HOME]
         args += ["--bind", str(self._root / "workspace"), INSIDE_WORKSPACE]
