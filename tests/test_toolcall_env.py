@@ -211,6 +211,7 @@ def test_bad_inputs_are_clear_tool_errors_and_the_env_survives(env, name):
 
 
 def test_deleting_host_files_fails_and_they_survive(tmp_path):
+    tmp_path.chmod(0o755)  # shared folders keep their host permissions; the sandbox user is not the owner
     victim = tmp_path / "keep.txt"
     victim.write_text("precious")
     env = ToolCallEnv(split="test", sandbox_options={"binds_ro": [str(tmp_path)]})
