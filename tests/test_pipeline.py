@@ -23,8 +23,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from claw_train.logs import Ledger, read_logs
 from claw_train.config import ConfigError, TrainArgs, build
+from claw_train.logs import Ledger, read_logs
 from claw_train.pipeline import Pipeline, RunError
 from claw_train.policy.base import Completion, Policy, PolicyError
 
@@ -34,7 +34,7 @@ CLAW_TRAIN = str(Path(sys.executable).parent / "claw-train")
 FAST = {"max_new_tokens": 16, "eval_n": 4, "report_to": "none"}
 
 
-def PipelineConfig(**values) -> TrainArgs:  # noqa: N802 - reads like the config it builds
+def PipelineConfig(**values) -> TrainArgs:
     return build(TrainArgs, command="train", **values)
 
 
@@ -348,7 +348,7 @@ def test_output_dir_and_resume_mistakes_are_clear(tmp_path):
     with pytest.raises(ConfigError, match="unknown env"):
         PipelineConfig(env="nope", output_dir=tmp_path / "x")
     with pytest.raises(ValueError, match="method"):
-        PipelineConfig(method="ppo")
+        PipelineConfig(env="echo", method="ppo")
 
 
 def test_cli_bad_input(tmp_path, capsys):
