@@ -55,5 +55,5 @@ def test_ids_must_use_the_claw_namespace():
 
 
 def test_env_class_unknown_id_lists_known():
-    with pytest.raises(KeyError, match="registered families: .*echo"):
+    with pytest.raises(KeyError, match=r"registered families: .*echo"):
         registry.env_class("claw/Nope-v0")

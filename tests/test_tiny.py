@@ -161,21 +161,28 @@ async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hint
     """The real bootstrap (cached in the default cache, so `make demo` reuses it): held-out problems,
     first replies, the student persona's rubric. Un-hinted the model writes mostly like an assistant;
     with a bracketed hint note it switches to the persona's style."""
-    from claw_train.evaluation.conversation import personalization_eval
+    import claw_envs
+    from claw_train.evaluation import evaluate
     from claw_train.policy import SamplingParams
     from claw_train.policy.inprocess import InProcessPolicy
+
+    spec = claw_envs.family_spec("conversation")
+    tasks = claw_envs.env_class(spec.env_id).default_tasks("test")
+
+    async def personalization_eval(policy):
+        return await evaluate(policy, spec, tasks, n=100, k=1, seed=0, sampling=sampling)
 
     path = tiny.bootstrap("conversation", progress=False)
     hints = sorted({r["hint"] for r in tiny.demonstrations("claw/Conversation-v0", 300, seed=99) if r["hinted"]})
     policy = InProcessPolicy(path)
     try:
         sampling = SamplingParams(max_new_tokens=128, temperature=1.0)
-        plain = await personalization_eval(policy, persona="student", n=100, seed=0, sampling=sampling)
-        hinted = await personalization_eval(_Hinted(policy, hints), persona="student", n=100, seed=0, sampling=sampling)
+        plain = await personalization_eval(policy)
+        hinted = await personalization_eval(_Hinted(policy, hints))
     finally:
         policy.close()
-    assert plain.valid_rate >= 0.9 and hinted.valid_rate >= 0.9
-    assert plain.score <= 0.3, plain.summary()
-    assert hinted.score >= 0.8, hinted.summary()
+    assert plain.summary["valid_rate"] >= 0.9 and hinted.summary["valid_rate"] >= 0.9
+    assert plain.summary["score"] <= 0.3, plain.summary
+    assert hinted.summary["score"] >= 0.8, hinted.summary
     persona_style = [r for r in plain.records if r["score"] == 1.0]
     assert persona_style, "un-hinted replies need some persona-style variety for RL to find"

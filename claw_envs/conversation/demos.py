@@ -15,7 +15,6 @@ can learn both styles and the switch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
