@@ -7,7 +7,18 @@ import json
 import pytest
 
 from claw_envs.toolcall.grading import MathVerifier, exact_value, grade_answer, grade_response, normalize_answer
-from claw_envs.toolcall.parse import ToolCall, ToolCallError, last_boxed, parse_action, validate_arguments
+from claw_envs.toolcall.parse import (
+    TURN_ERRORS,
+    ParseLimits,
+    ToolCall,
+    ToolCallError,
+    invalid_char,
+    json_depth,
+    last_boxed,
+    load_json,
+    parse_action,
+    validate_arguments,
+)
 from claw_envs.toolcall.tools import PYTHON, cap_text, last_error_line
 
 SCHEMAS = {"python": PYTHON.parameters}
@@ -134,10 +145,56 @@ def test_no_tool_call_in_plain_text():
         ("\\boxed {8}", "8"),
         ("no box here", None),
         ("\\boxed{", None),
+        ("\\boxed{ \\boxed{9}", "9"),  # an unclosed box is skipped, a closed one inside it still counts
+        ("\\boxed{1\\}2}", "1\\}2"),
+        ("\\\\boxed{4}", "4"),
+        ("\\boxed{" * 3 + "5}}", "\\boxed{5}"),
     ],
 )
 def test_last_boxed(text, want):
     assert last_boxed(text) == want
+
+
+# -- bounds ----------------------------------------------------------------------------------
+
+
+def test_json_depth_skips_strings_and_stops_early():
+    assert json_depth('{"a": [1, {"b": "[[[[{{{{"}]}') == 3
+    assert json_depth('"unterminated [[[[') == 0
+    assert json_depth("[" * 10**6, stop_above=32) == 33
+    assert json_depth("x") == 0
+
+
+def test_load_json_never_raises():
+    assert load_json('{"a": [1]}') == ({"a": [1]}, None)
+    assert load_json("[" * 5000 + "]" * 5000)[1][0] == "too_deep"
+    assert (
+        load_json("[" * 32 + "]" * 32)[1] is None and load_json("[" * 33 + "]" * 33, max_depth=32)[1][0] == "too_deep"
+    )
+    assert load_json("9" * 5000)[1][0] == "bad_json"  # past Python's int-string limit: ValueError, not JSONDecodeError
+    value, problem = load_json("{'a': 1}")
+    assert value is None and problem[0] == "bad_json" and "line 1 column 2" in problem[1]
+
+
+def test_limits_refuse_the_turn_as_a_whole():
+    many = call({"name": "python", "arguments": {"code": "1"}}) * 9
+    assert len(parse_action(many, SCHEMAS).calls) == 9  # no call limit unless one is asked for
+    parsed = parse_action(many, SCHEMAS, limits=ParseLimits(max_calls=8))
+    [err] = parsed.items
+    assert isinstance(err, ToolCallError) and err.kind == "too_many_calls" and "9 tool calls" in err.message
+    assert not err.answerable and parsed.text == ""
+    openai = json.dumps([{"function": {"name": "python", "arguments": "{}"}}] * 9)
+    assert parse_action(openai, SCHEMAS, limits=ParseLimits(max_calls=8)).items[0].kind == "too_many_calls"
+    [err] = parse_action("x" * 101, SCHEMAS, limits=ParseLimits(max_chars=100)).items
+    assert err.kind == "too_large" and "101 characters" in err.message and "100" in err.message
+    assert {"too_large", "too_many_calls"} == TURN_ERRORS
+
+
+def test_arguments_no_program_can_take_are_bad_arguments():
+    for text in ("a\x00b", "\ud800", "x\udc80"):
+        [err] = parse_action(call({"name": "python", "arguments": {"code": text}}), SCHEMAS).items
+        assert err.kind == "bad_arguments" and err.answerable and "plain text" in err.message
+    assert invalid_char("print('é😀')") is None
 
 
 # -- grading ---------------------------------------------------------------------------------

@@ -6,9 +6,8 @@ exactly one. A turn with no command and some words is the final message ("done")
 at all (empty, whitespace, punctuation) is a problem, so junk never ends an episode.
 
 Reading is bounded (:class:`~claw_envs.toolcall.parse.ParseLimits`: JSON depth, turn size, calls per turn)
-and linear in the text. A command over ``MAX_COMMAND_BYTES`` (it goes to ``bash -c`` as one argument, which
-the kernel caps at 128 KiB) or holding a NUL or a lone surrogate (no program can be handed one) is a
-problem too, never a sandbox failure.
+and linear in the text. A command over ``MAX_COMMAND_BYTES`` or holding a NUL or a lone surrogate (no
+program can be handed one) is a problem too, never a sandbox failure.
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ from typing import Any, Literal
 from claw_envs.toolcall.parse import TURN_ERRORS, ParseLimits, ToolCall, ToolCallError, invalid_char, parse_action
 
 MAX_COMMAND_BYTES = 64 * 1024
-"""Longest command line run, in UTF-8 bytes (half the kernel's 128 KiB cap on one argument)."""
+"""Longest command line run, in UTF-8 bytes. Half the kernel's 128 KiB cap on one argument, so every backend can
+run it as ``bash -c <command>`` (the local sandbox reads longer ones from a memory file; ``docker exec`` cannot)."""
 MAX_CALLS_READ = 8
 """Tool calls read in one turn before it is refused whole (only one may run anyway)."""
 LIMITS = ParseLimits(max_calls=MAX_CALLS_READ)

@@ -1,0 +1,239 @@
+"""Issue 16, "Parsers": each finding reproduced, and each bound an agent error (-1 + a directive), never an
+exception, an infrastructure failure or a long step.
+
+Findings (measured on the code before the bounds): deeply nested JSON in a ``<tool_call>`` raised
+``RecursionError`` out of ``step()`` in ToolCall and Terminal; a 5000-digit ``\\boxed{}`` raised ``ValueError``
+in grading; one turn could hold 500 tool calls (a 32 s step) and 5 × ``sleep(9.5)`` made a 48 s step; a command
+over 128 KiB could not be launched and was masked as ``sandbox_failure``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from claw_envs.sandbox import LocalSandbox
+from claw_envs.terminal import TerminalEnv
+from claw_envs.terminal.actions import MAX_COMMAND_BYTES, fenced_text, read_turn
+from claw_envs.terminal.actions import tool_call_text as bash
+from claw_envs.toolcall import ToolCallEnv
+from claw_envs.toolcall.env import tool_call_text as py
+from claw_envs.toolcall.grading import MAX_ANSWER_CHARS, exact_value, grade_answer, grade_response
+from claw_envs.toolcall.parse import (
+    MAX_ACTION_CHARS,
+    MAX_JSON_DEPTH,
+    ParseLimits,
+    last_boxed,
+    parse_action,
+    strip_tool_calls,
+)
+from claw_envs.toolcall.tools import PYTHON
+
+
+def _bwrap_works() -> bool:
+    if shutil.which("bwrap") is None:
+        return False
+    try:
+        with LocalSandbox(isolation="bwrap"):
+            return True
+    except Exception:
+        return False
+
+
+needs_bwrap = pytest.mark.skipif(not _bwrap_works(), reason="bubblewrap is not installed or cannot create namespaces")
+
+
+@pytest.fixture
+def toolcall():
+    env = ToolCallEnv(split="test", tool_timeout=1.0)
+    env.reset(seed=0)
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def terminal():
+    env = TerminalEnv(split="train", command_timeout=2.0)
+    env.reset(options={"task_id": "greeting-file"})
+    yield env
+    env.close()
+
+
+def refused(env, action: str, *needles: str, tag: str | None = None, within: float = 1.0) -> dict:
+    """Step ``action``: it must come back fast as the agent's error (-1, a directive naming ``needles``), with
+    nothing run in a sandbox, and the episode going on."""
+    start = time.monotonic()
+    _, reward, terminated, _, info = env.step(action)
+    took = time.monotonic() - start
+    ns = info["next_state"]
+    assert info["status"] == "ok", ns.text
+    assert ns.evaluative.score == -1.0 and ns.directive, ns
+    for needle in needles:
+        assert needle in ns.directive, (needle, ns.directive)
+    if tag is not None:
+        assert any(tag in t for t in ns.evaluative.tags), ns.evaluative.tags
+    assert not terminated and reward == 0.0
+    assert env.sandbox.current is None, "something ran in the sandbox"
+    assert took < within, f"refusing took {took:.2f} s"
+    return info
+
+
+NESTED = [
+    "<tool_call>" + "[" * 5000 + "]" * 5000 + "</tool_call>",
+    "<tool_call>" + '{"a":' * 5000 + "1" + "}" * 5000 + "</tool_call>",
+    '<tool_call>{"name": "python", "arguments": {"code": ' + "[" * 100_000 + "]" * 100_000 + "}}</tool_call>",
+    '<tool_call>{"name": "bash", "arguments": "' + "[" * 3000 + "]" * 3000 + '"}</tool_call>',
+    json.dumps({"tool_calls": [{"id": "a", "function": {"name": "bash", "arguments": "[" * 3000 + "]" * 3000}}]}),
+    '{"tool_calls": ' + "[" * 3000 + "]" * 3000 + "}",
+    "<tool_call>" + "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1) + "</tool_call>",
+]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("action", NESTED, ids=range(len(NESTED)))
+def test_deeply_nested_json_is_refused_in_toolcall_and_terminal(toolcall, terminal, action):
+    refused(toolcall, action.replace('"bash"', '"python"'), str(MAX_JSON_DEPTH), tag="too_deep")
+    refused(terminal, action.replace('"python"', '"bash"'), str(MAX_JSON_DEPTH), tag="too_deep")
+
+
+@needs_bwrap
+def test_nesting_within_the_limit_is_read_as_before(toolcall):
+    deep_but_fine = "[" * (MAX_JSON_DEPTH - 3) + "]" * (MAX_JSON_DEPTH - 3)
+    action = '<tool_call>{"name": "python", "arguments": {"code": ' + deep_but_fine + "}}</tool_call>"
+    _, _, _, _, info = toolcall.step(action)
+    assert "must be string, got array" in info["next_state"].directive  # read, then found to be the wrong type
+
+
+def test_a_5000_digit_boxed_answer_is_graded_wrong_without_an_exception():
+    huge = "1" * 5000
+    assert exact_value(huge) is None  # Python's int-string conversion limit is 4300 digits
+    grade = grade_response(f"so \\boxed{{{huge}}}", "42")
+    assert not grade.correct and grade.method == "too_long"
+    assert (
+        grade_answer("9" * 999, "9" * 999).correct
+        and grade_answer(f"{'9' * 990}/7", f"\\frac{{{'9' * 990}}}{{7}}").correct
+    )
+    # a reference answer past the exact-value limit is compared as spelt, without converting it
+    assert grade_answer("1" * 5000, "1" * 5000).method == "too_long"
+    assert not grade_answer("123", "1" * 5000).correct
+    assert grade_answer("1" * 800, "1" * 800 + ".0").method in ("string", "math_verify", "timeout")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("digits", [5000, 100_000])
+def test_a_huge_boxed_number_in_the_env_is_refused_and_the_episode_goes_on(toolcall, digits):
+    info = refused(
+        toolcall, f"The answer is \\boxed{{{'7' * digits}}}.", f"{MAX_ANSWER_CHARS:,}", tag="answer_too_long"
+    )
+    assert info["next_state"].outcome is None
+
+
+@needs_bwrap
+def test_a_huge_number_inside_a_tool_call_is_bad_json_not_an_exception(toolcall, terminal):
+    action = '<tool_call>{"name": "python", "arguments": {"code": ' + "9" * 5000 + "}}</tool_call>"
+    refused(toolcall, action, "digits", tag="bad_json")
+    refused(terminal, action.replace("python", "bash"), "digits", tag="bad_json")
+
+
+@needs_bwrap
+def test_500_tool_calls_in_one_turn_are_refused_at_once(toolcall, terminal):
+    action = "\n".join([py("import time; time.sleep(9.5)")] * 500)
+    refused(toolcall, action, "500 tool calls", "8", tag="too_many_calls")
+    refused(terminal, "\n".join([bash("sleep 9.5")] * 500), "more than 8", tag="several_commands")
+    openai = json.dumps([{"id": f"c{i}", "function": {"name": "python", "arguments": "{}"}} for i in range(500)])
+    refused(toolcall, openai, "500 tool calls", tag="too_many_calls")
+    strays = "</tool_call>" * 500  # broken calls count too: 500 error messages would be a next state of 40 KB
+    refused(toolcall, strays, "500 tool calls", tag="too_many_calls")
+
+
+@needs_bwrap
+def test_the_calls_of_one_turn_share_a_time_budget():
+    env = ToolCallEnv(split="test", tool_timeout=2.0)  # budget: 2 × 2 s
+    assert env.turn_time_budget == 4.0 and env.max_calls_per_turn == 8
+    env.reset(seed=0)
+    start = time.monotonic()
+    _, _, _, _, info = env.step("\n".join([py("import time; time.sleep(0.9); print('ok')")] * 8))
+    took = time.monotonic() - start
+    env.close()
+    ns = info["next_state"]
+    assert took < 4.0 + 1.5, f"8 × sleep(0.9) took {took:.1f} s with a 4 s budget"
+    assert info["status"] == "ok" and ns.evaluative.score == -1.0 and "turn_time_budget" in ns.evaluative.tags
+    assert "4 s in all" in ns.directive
+    outputs = [m["content"] for m in info["messages"] if m["role"] == "tool"]
+    assert len(outputs) == 8 and outputs[0].strip() == "ok" and "was not run" in outputs[-1]
+
+
+@needs_bwrap
+def test_the_per_turn_defaults_bound_a_turn_of_sleeps():
+    """The issue's figure: 5 × sleep(9.5) was a 48 s step; with the default 10 s timeout it is now at most ~20 s.
+    Measured with the same ratios at a tenth of the scale: 5 × sleep(0.95) with a 1 s timeout."""
+    env = ToolCallEnv(split="test", tool_timeout=1.0, turn_time_budget=None)
+    env.reset(seed=0)
+    start = time.monotonic()
+    _, _, _, _, info = env.step("".join([py("import time; time.sleep(0.95)")] * 5))
+    took = time.monotonic() - start
+    env.close()
+    assert took < env.turn_time_budget + 1.5 and "turn_time_budget" in info["next_state"].evaluative.tags
+
+
+@needs_bwrap
+def test_calls_within_the_limits_run_as_before(toolcall):
+    _, _, _, _, info = toolcall.step("".join(py(f"print({i} * 2)") for i in range(8)))
+    ns = info["next_state"]
+    assert ns.evaluative.score == 1.0 and ns.directive is None and "calls=8" in ns.evaluative.tags
+    assert [m["content"] for m in info["messages"] if m["role"] == "tool"] == [str(i * 2) for i in range(8)]
+
+
+@needs_bwrap
+def test_a_turn_over_the_size_limit_is_refused(toolcall, terminal):
+    action = "x" * (MAX_ACTION_CHARS + 1)
+    refused(toolcall, action, f"{MAX_ACTION_CHARS:,}", tag="too_large")
+    refused(terminal, action, f"{MAX_ACTION_CHARS:,}", tag="too_large")
+
+
+@needs_bwrap
+def test_a_command_over_the_argv_limit_is_the_agents_error_not_a_sandbox_failure(terminal):
+    long_command = "echo " + "a" * (200 * 1024)  # over the kernel's 128 KiB cap on one argument
+    refused(terminal, fenced_text(long_command), f"{MAX_COMMAND_BYTES:,}", tag="command_too_long")
+    refused(terminal, bash(long_command), f"{MAX_COMMAND_BYTES:,}", tag="command_too_long")
+    _, _, _, _, info = terminal.step(bash("echo " + "b" * (MAX_COMMAND_BYTES - 100) + " | wc -c"))
+    assert info["status"] == "ok" and info["next_state"].evaluative.score > 0  # just under the limit: it runs
+
+
+@needs_bwrap
+@pytest.mark.parametrize("bad", ["\x00", "\ud800", "\udfff"])
+def test_characters_no_program_can_take_are_refused(toolcall, terminal, bad):
+    refused(toolcall, py(f"print('{bad}')"), "write plain text", tag="bad_arguments")
+    escaped = (
+        '<tool_call>{"name": "python", "arguments": {"code": "print(\'\\' + f"u{ord(bad):04x}" + "')\"}}</tool_call>"
+    )
+    refused(toolcall, escaped, "write plain text", tag="bad_arguments")
+    refused(terminal, fenced_text(f"echo {bad}"), "write plain text", tag="invalid_character")
+    refused(terminal, bash(f"echo {bad}"), "write plain text")
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        "\\boxed{" * 50_000,  # every unclosed box used to be scanned to the end: quadratic
+        "\\boxed{" * 20_000 + "}" * 3,
+        "<tool_call>" * 50_000 + "</tool_call>",
+        "```bash\n" * 50_000,
+        "{" * 500_000,
+        '"' * 900_000,
+        "<tool_call>" + "[]" * 400_000 + "</tool_call>",
+    ],
+    ids=["unclosed-boxes", "nested-boxes", "open-tags", "open-fences", "braces", "quotes", "flat-json"],
+)
+def test_pathological_turns_are_read_in_linear_time(action):
+    for read in (
+        lambda: parse_action(action, {"python": PYTHON.parameters}, limits=ParseLimits(max_calls=8)),
+        lambda: last_boxed(strip_tool_calls(action)),
+        lambda: read_turn(action),
+    ):
+        start = time.monotonic()
+        read()
+        assert time.monotonic() - start < 1.0

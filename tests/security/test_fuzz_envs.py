@@ -1,0 +1,347 @@
+"""Property-based fuzzing (hypothesis) of every registered env's ``step()``.
+
+Every id in ``claw_envs.env_ids()`` is fuzzed, so a new or plugin family gets this for free. The actions are
+what an unlucky or hostile model writes: junk text with any Unicode (lone surrogates and NULs included),
+tool calls in the Hermes and OpenAI formats with random, deeply nested or huge JSON, hundreds of calls in one
+turn, enormous numbers in ``\\boxed{}``, fenced code blocks (closed, unclosed, several), and very long strings
+(past the action space's 2**20 characters). For each action:
+
+* ``step()`` returns (no exception) within the env's own per-turn time budget plus slack;
+* the step is not blamed on the infrastructure (``info["status"] == "ok"``): bad agent output is the agent's;
+* the next state is well formed (a ``NextState``, ``evaluative`` in [-1, 1], text observation);
+* a malformed tool call (nesting past the depth limit, more calls than a turn may hold, a turn over the size
+  limit) in a family that offers tools gets ``evaluative`` -1 and a directive.
+
+The run is derandomized (the same actions every time, so CI is reproducible) and sized so that each env sees
+at least ``MIN_ACTIONS`` actions: ``EXAMPLES`` hypothesis examples of ``ACTIONS_PER_EXAMPLE`` steps each (an
+episode that ends is reset and the remaining actions go on in a new one). ``CLAW_FUZZ_EXAMPLES`` sets the
+number of examples (more for a deeper local run, fewer for a quick look).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import claw_envs
+from claw_envs.core import MAX_TEXT_LENGTH, NextState
+
+ACTIONS_PER_EXAMPLE = 8
+MIN_ACTIONS = 2000
+EXAMPLES = int(os.environ.get("CLAW_FUZZ_EXAMPLES", -(-MIN_ACTIONS // ACTIONS_PER_EXAMPLE)))
+SLACK_S = 15.0  # sandbox start, math-verify worker start, a loaded CI machine
+REPORT: dict[str, dict[str, Any]] = {}
+
+# -- strategies ------------------------------------------------------------------------------
+
+NASTY = ["\ud800", "\udfff", "\x00", "\u202e", "\ufeff", "\U0001f600", "\r", "\t", "\\", '"', "{", "}", "`"]
+any_char = st.one_of(st.characters(exclude_categories=()), st.sampled_from(NASTY))
+junk = st.text(any_char, max_size=200)
+words = st.text(st.characters(codec="utf-8"), max_size=60)
+
+SHELL = [
+    "ls -la",
+    "echo hi",
+    "cat no-such-file",
+    "true",
+    "false",
+    "exit 3",
+    "printf '%s\\n' a b c",
+    "seq 1 100000",
+    "yes | head -c 300000",
+    "python3 -c 'print(6*7)'",
+    "for i in 1 2 3; do echo $i; done",
+    "echo hi > out.txt && cat out.txt",
+    "cd /; ls",
+    "kill -9 $$",
+    "read x",
+    "sleep 0.2",
+]
+PYTHON = [
+    "print(1)",
+    "1/0",
+    "import sys; sys.exit(2)",
+    "print('x' * 100000)",
+    "input()",
+    "import os; os.kill(os.getpid(), 9)",
+    "print('\\ud800')",
+    "x = [[[[]]]]; print(x)",
+    "import time; time.sleep(0.2); print('slept')",
+    "print(2**10000 % 97)",
+    "raise SystemExit('bye')",
+    "",
+]
+code = st.one_of(st.sampled_from(SHELL + PYTHON), junk)
+
+
+def _json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
+    leaves = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**30), 10**30),
+        st.floats(allow_nan=False, allow_infinity=False),
+        junk,
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(junk, inner, max_size=4)),
+        max_leaves=max_leaves,
+    )
+
+
+@st.composite
+def arguments(draw: st.DrawFn) -> Any:
+    key = draw(st.sampled_from(["code", "command", "cmd", "x"]))
+    value = draw(st.one_of(code, _json_values()))
+    args: Any = {key: value} if draw(st.booleans()) else draw(_json_values())
+    return json.dumps(args) if draw(st.integers(0, 3)) == 0 else args
+
+
+tool_name = st.one_of(st.sampled_from(["python", "bash"]), junk)
+
+
+@st.composite
+def hermes_call(draw: st.DrawFn) -> str:
+    body: Any = {"name": draw(tool_name), "arguments": draw(arguments())}
+    text = json.dumps(body, ensure_ascii=draw(st.booleans()))
+    mangle = draw(st.integers(0, 5))
+    if mangle == 0:  # cut short
+        text = text[: draw(st.integers(0, len(text)))]
+    elif mangle == 1:
+        text = draw(_json_values()).__repr__()
+    return f"<tool_call>{text}</tool_call>" if draw(st.integers(0, 6)) else f"<tool_call>{text}"
+
+
+@st.composite
+def nested_json_call(draw: st.DrawFn) -> str:
+    depth = draw(st.one_of(st.integers(0, 40), st.integers(0, 100_000)))
+    kind = draw(st.sampled_from(["list", "dict", "args", "openai_args", "whole"]))
+    if kind == "list":
+        body = "[" * depth + "]" * depth
+    elif kind == "dict":
+        body = '{"a":' * depth + "1" + "}" * depth
+    else:
+        inner = "[" * depth + "]" * depth
+        if kind == "args":
+            body = '{"name": "python", "arguments": {"code": ' + inner + "}}"
+        else:
+            call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": inner}}
+            message = json.dumps({"role": "assistant", "content": None, "tool_calls": [call]})
+            return message if kind == "openai_args" else '{"tool_calls": ' + "[" * depth + "]" * depth + "}"
+    return f"<tool_call>{body}</tool_call>"
+
+
+@st.composite
+def openai_message(draw: st.DrawFn) -> str:
+    calls = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"id": junk, "type": st.just("function"), "function": st.fixed_dictionaries({"name": tool_name})},
+                optional={"arguments": arguments()},
+            ),
+            max_size=12,
+        )
+    )
+    for c in calls:
+        if "arguments" in c:
+            c["function"]["arguments"] = c.pop("arguments")
+    message: Any = {"role": "assistant", "content": draw(st.one_of(st.none(), words)), "tool_calls": calls}
+    return json.dumps(message if draw(st.booleans()) else calls)
+
+
+@st.composite
+def many_calls(draw: st.DrawFn) -> str:
+    n = draw(st.one_of(st.integers(0, 12), st.integers(0, 600)))
+    name = draw(st.sampled_from(["python", "bash"]))
+    key = "code" if name == "python" else "command"
+    call = {"name": name, "arguments": {key: "print(1)" if name == "python" else "true"}}
+    one = f"<tool_call>{json.dumps(call)}</tool_call>"
+    return draw(st.sampled_from(["", "\n", " and "])).join([one] * n)
+
+
+@st.composite
+def boxed(draw: st.DrawFn) -> str:
+    digits = draw(st.one_of(st.integers(1, 20), st.integers(1, 10_000)))
+    number = draw(st.sampled_from(["9", "1234567890", "0"])) * digits
+    inner = draw(
+        st.one_of(
+            st.just(number),
+            st.just(f"-{number}.{number}"),
+            st.just(f"\\frac{{{number}}}{{{number[:5] or 1}}}"),
+            words,
+            junk,
+            st.sampled_from(["42", "\\sqrt{2}", "1/0", "x^{2}", "\\infty", "10\\%", "{", "}"]),
+        )
+    )
+    form = draw(st.integers(0, 4))
+    if form == 0:
+        return "\\boxed{" * draw(st.integers(1, 5000))  # unclosed, many
+    if form == 1:
+        return "\\boxed{" * 3 + inner + "}" * draw(st.integers(0, 4))
+    return f"{draw(words)} so the answer is \\boxed{{{inner}}}"
+
+
+@st.composite
+def fenced(draw: st.DrawFn) -> str:
+    lang = draw(st.sampled_from(["bash", "sh", "shell", "BASH", "python", "", "bash "]))
+    blocks = draw(st.integers(1, 3))
+    text = "".join(f"```{lang}\n{draw(code)}\n```\n" for _ in range(blocks))
+    if draw(st.integers(0, 4)) == 0:
+        text = text[: text.rfind("```")]  # unclosed
+    return text
+
+
+@st.composite
+def long_string(draw: st.DrawFn) -> str:
+    unit = draw(
+        st.sampled_from(["a", "word ", "<tool_call>", "</tool_call>", "```bash\n", "\\boxed{", "{", "[", "\ud800"])
+    )
+    n = draw(st.one_of(st.integers(0, 5000), st.integers(0, MAX_TEXT_LENGTH // len(unit) + 50)))
+    return unit * n
+
+
+@st.composite
+def runnable(draw: st.DrawFn) -> str:
+    """One well-formed call of ``python`` or ``bash`` (or a lone ```bash block): what reaches a sandbox."""
+    form = draw(st.sampled_from(["python", "bash", "fenced"]))
+    if form == "fenced":
+        return f"```bash\n{draw(st.sampled_from(SHELL))}\n```"
+    key = "code" if form == "python" else "command"
+    value = draw(st.one_of(st.sampled_from(PYTHON if form == "python" else SHELL), words))
+    prose = draw(st.sampled_from(["", "Let me check.\n", "ok "]))
+    return prose + f"<tool_call>{json.dumps({'name': form, 'arguments': {key: value}})}</tool_call>"
+
+
+MALFORMED_CALLS = ("deep", "too_many", "too_large")
+
+
+@st.composite
+def action(draw: st.DrawFn) -> tuple[str, str]:
+    """``(kind, text)``; ``kind`` says which strategy made it (the malformed ones are checked more closely)."""
+    kind = draw(
+        st.sampled_from(
+            [
+                "junk",
+                "runnable",
+                "words",
+                "hermes",
+                "deep",
+                "openai",
+                "too_many",
+                "boxed",
+                "fenced",
+                "long",
+                "mix",
+                "too_large",
+            ]
+        )
+    )
+    if kind == "runnable":
+        return kind, draw(runnable())
+    if kind == "junk":
+        return kind, draw(junk)
+    if kind == "words":
+        return kind, draw(words)
+    if kind == "hermes":
+        return kind, draw(hermes_call())
+    if kind == "deep":
+        text = draw(nested_json_call())
+        return ("deep" if text.count("[") + text.count("{") > 40 else "hermes"), text
+    if kind == "openai":
+        return kind, draw(openai_message())
+    if kind == "too_many":
+        text = draw(many_calls())
+        return ("too_many" if text.count("<tool_call>") > 8 else "hermes"), text
+    if kind == "boxed":
+        return kind, draw(boxed())
+    if kind == "fenced":
+        return kind, draw(fenced())
+    if kind == "long":
+        return kind, draw(long_string())
+    if kind == "too_large":
+        return kind, "<tool_call>" + "x" * (MAX_TEXT_LENGTH + draw(st.integers(0, 1000)))
+    parts = draw(st.lists(st.one_of(junk, words, hermes_call(), fenced(), boxed()), min_size=2, max_size=4))
+    return kind, "\n".join(parts)
+
+
+# -- the property ----------------------------------------------------------------------------
+
+
+def turn_budget(env: Any) -> float:
+    """The longest a step of ``env`` may legitimately take: the per-turn limits it declares (the tool-time budget
+    of a turn, a command's timeout plus the task check that may follow it), else 0 (no tools)."""
+    budget = float(getattr(env, "turn_time_budget", 0.0) or 0.0)
+    budget += float(getattr(env, "command_timeout", 0.0) or 0.0) + float(getattr(env, "check_timeout", 0.0) or 0.0)
+    verifier = getattr(env, "verifier", None)
+    if hasattr(env, "tool_timeout"):  # a boxed answer goes to math-verify (its own time limit)
+        budget += float(getattr(verifier, "timeout", 5.0)) + 0.5
+    return budget
+
+
+@pytest.mark.parametrize("env_id", claw_envs.env_ids())
+def test_no_action_crashes_or_overruns_a_step(env_id: str) -> None:
+    env = gym.make(env_id).unwrapped
+    budget = turn_budget(env) + SLACK_S
+    stats: Counter[str] = Counter()
+    slowest = [0.0, ""]
+    state = {"done": True, "tools": False}
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        seed=st.integers(0, 2**16),
+        actions=st.lists(action(), min_size=ACTIONS_PER_EXAMPLE, max_size=ACTIONS_PER_EXAMPLE),
+    )
+    def run(seed: int, actions: list[tuple[str, str]]) -> None:
+        _, info = env.reset(seed=seed)
+        state["tools"], state["done"] = bool(info.get("tools")), False
+        for kind, text in actions:
+            if state["done"]:
+                _, info = env.reset(seed=seed)
+            start = time.monotonic()
+            obs, reward, terminated, truncated, info = env.step(text)
+            took = time.monotonic() - start
+            stats["actions"] += 1
+            stats[kind] += 1
+            if took > slowest[0]:
+                slowest[:] = [took, f"{kind}: {text[:120]!r} ({len(text)} chars)"]
+            state["done"] = terminated or truncated
+            ns = info["next_state"]
+            stats[f"role={ns.role}"] += 1
+            if ns.evaluative.score == -1.0 and not ns.directive:
+                stats["-1 without directive"] += 1
+            stats["episodes ended"] += state["done"]
+            where = f"{env_id} on {kind} action {text[:200]!r} ({len(text)} chars)"
+            assert took < budget, f"{where}: step took {took:.1f} s (budget {budget:g} s)"
+            assert info["status"] == "ok", f"{where}: blamed on the infrastructure: {ns.text[:300]}"
+            assert isinstance(ns, NextState) and -1.0 <= ns.evaluative.score <= 1.0, where
+            assert isinstance(reward, float) and isinstance(obs, str | dict), where
+            if state["tools"] and kind in MALFORMED_CALLS:
+                assert ns.evaluative.score == -1.0 and ns.directive, f"{where}: not refused: {ns}"
+                stats["refused"] += 1
+
+    start = time.monotonic()
+    try:
+        run()
+    finally:
+        elapsed = time.monotonic() - start
+        env.close()
+        REPORT[env_id] = {"actions": stats["actions"], "seconds": round(elapsed, 1), "slowest": slowest}
+        print(
+            f"\n{env_id}: {stats['actions']} actions in {elapsed:.1f} s (slowest step {slowest[0]:.2f} s, "
+            f"{slowest[1]}); by kind {dict(sorted((k, v) for k, v in stats.items() if k != 'actions'))}"
+        )
+    assert stats["actions"] >= min(MIN_ACTIONS, EXAMPLES * ACTIONS_PER_EXAMPLE)
