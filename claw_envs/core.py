@@ -304,14 +304,17 @@ class ClawEnv(gym.Env[Any, str]):
         return self._loop.run_until_complete(coro)
 
 
-def step_history(messages: Sequence[Message], *, width: int = 300, limit: int = 3000) -> str:
-    """The earlier steps of an episode for a judge prompt: the messages after the system prompt and the task
-    as ``role: text`` lines (tool calls when there is no text), each cut at ``width`` characters, the whole
-    kept to its last ``limit``."""
-    earlier = [m for m in messages if m.get("role") != "system"][1:]
+def step_history(
+    messages: Sequence[Message], *, width: int = 300, limit: int = 3000, last: int | None = None, task: bool = False
+) -> str:
+    """The earlier steps of an episode for a judge prompt: the messages after the system prompt as ``role: text``
+    lines (tool calls when there is no text; white space folded), each cut at ``width`` characters, the whole kept
+    to its last ``limit``. The first message (the task) is left out unless ``task``; ``last`` keeps only the last
+    that many messages."""
+    earlier = [m for m in messages if m.get("role") != "system"][0 if task else 1 :]
     lines = []
-    for m in earlier:
-        text = str(m.get("content") or m.get("tool_calls"))
+    for m in earlier[-last:] if last else earlier:
+        text = " ".join(str(m.get("content") or m.get("tool_calls")).split())
         lines.append(f"{m.get('role')}: {text if len(text) <= width else text[: width - 1] + '…'}")
     return "\n".join(lines)[-limit:]
 

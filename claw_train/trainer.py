@@ -33,7 +33,7 @@ from claw_train.records import TrainSample
 PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-4b": {"learning_rate": 1e-5, "weight_decay": 0.1, "adam_beta2": 0.98},
     # The ~1M-parameter CPU model (student persona, combined, 16 updates from 0.23): lr 3e-4 reached 0.30,
-    # 6e-4 0.48-0.65, 1e-3 0.55 with invalid replies creeping in. See NOTES/README for the measured runs.
+    # 6e-4 0.48-0.65, 1e-3 0.55 with invalid replies creeping in. The README's results table has the measured runs.
     "tiny": {"learning_rate": 6e-4, "weight_decay": 0.0, "adam_beta2": 0.98, "max_grad_norm": 1.0},
 }
 

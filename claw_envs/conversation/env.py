@@ -15,7 +15,7 @@ given, on the problem it answered. At the end, ``next_state.outcome`` is the mea
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,8 @@ from claw_envs.conversation.persona import Persona, load_persona, pick
 from claw_envs.conversation.score import MAX_REPLY_CHARS, rubric
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.simulator import Simulator, Turn, make_simulator
-from claw_envs.core import ClawEnv, NextState, Opening, Transition
+from claw_envs.core import ClawEnv, NextState, Opening, Transition, step_history
 from claw_envs.tasks import Task, TaskSource
-
-
-def summarize(messages: Sequence[Mapping[str, Any]], last: int = 6, width: int = 300) -> str:
-    """The last ``last`` chat messages as ``role: text`` lines, each cut at ``width`` characters."""
-    lines = []
-    for m in messages[-last:]:
-        text = " ".join(str(m.get("content") or "").split())
-        lines.append(f"{m.get('role')}: {text[:width]}{'…' if len(text) > width else ''}")
-    return "\n".join(lines)
 
 
 class ConversationEnv(ClawEnv):
@@ -116,7 +107,7 @@ class ConversationEnv(ClawEnv):
             directive=signals.directive,
             judge_inputs={
                 "task": request,
-                "history": summarize(self.messages[:-1]),
+                "history": step_history(self.messages[:-1], last=6, task=True),
                 "action": reply,
                 "result": text,
             },

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from claw_envs.conversation.env import summarize
 from claw_envs.conversation.signals import extract_signals
-from claw_envs.core import Evaluative, NextState
+from claw_envs.core import Evaluative, NextState, step_history
 from claw_envs.toolcall.parse import parse_action
 
 
@@ -30,7 +29,12 @@ class LiveChat:
             step_index=step,
             evaluative=signals.evaluative if signals else Evaluative(),
             directive=signals.directive if signals else None,
-            judge_inputs={"task": request, "history": summarize(before[:-1]), "action": action, "result": text},
+            judge_inputs={
+                "task": request,
+                "history": step_history(before[:-1], last=6, task=True),
+                "action": action,
+                "result": text,
+            },
         )
 
     def tool_calls(self, text: str, tools: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from claw_envs.conversation.homework import Number, Problem, StudentWork, numbers_in, student_work
+from claw_envs.conversation.signals import sentences
 
 if TYPE_CHECKING:
     from claw_envs.conversation.persona import Persona
@@ -149,10 +150,6 @@ class CheckContext:
     work: StudentWork | None = None
 
 
-def _sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
-
-
 _BOLD = re.compile(r"\*\*(?=\S)[^\n]*?(?<=\S)\*\*|__(?=\S)[^\n]*?(?<=\S)__|<(b|strong)>", re.I)
 _HEADER = re.compile(r"^ {0,3}#{1,6}[ \t]+\S|^[^\n]*\S[^\n]*\n {0,3}(?:=+|-{2,})[ \t]*$", re.M)
 _STEP_LIST = re.compile(r"\bstep\s*\d+\s*[:.)-]|^\s*(?:\d+[.)]|[-*•+])\s+\S", re.M | re.I)
@@ -225,7 +222,7 @@ def _specific(ctx: CheckContext) -> bool:
     if ctx.work is None:
         return False
     wrote = ctx.work.numbers()
-    return any(_ADDRESS.search(s) and any(n in wrote for n in numbers_in(s)) for s in _sentences(ctx.prose))
+    return any(_ADDRESS.search(s) and any(n in wrote for n in numbers_in(s)) for s in sentences(ctx.prose))
 
 
 def _encouraging(ctx: CheckContext) -> bool:
