@@ -57,7 +57,7 @@ _ANSWER_MARK = re.compile(
 def _is_tool_json(text: str) -> bool:
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read, not a tool call
         return False
     items = obj if isinstance(obj, list) else [obj]
     return bool(items) and all(

@@ -15,7 +15,8 @@ turn, enormous numbers in ``\\boxed{}``, fenced code blocks (closed, unclosed, s
 The run is derandomized (the same actions every time, so CI is reproducible) and sized so that each env sees
 at least ``MIN_ACTIONS`` actions: ``EXAMPLES`` hypothesis examples of ``ACTIONS_PER_EXAMPLE`` steps each (an
 episode that ends is reset and the remaining actions go on in a new one). ``CLAW_FUZZ_EXAMPLES`` sets the
-number of examples (more for a deeper local run, fewer for a quick look).
+number of examples (more for a deeper local run, fewer for a quick look); ``CLAW_FUZZ_RANDOM=1`` draws new
+actions each run instead (exploration; a failure prints the example to keep as a regression test).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def hermes_call(draw: st.DrawFn) -> str:
 
 @st.composite
 def nested_json_call(draw: st.DrawFn) -> str:
-    depth = draw(st.one_of(st.integers(0, 40), st.integers(0, 100_000)))
+    # near the limit; past json's recursion limit but short enough for text-only readers; anything
+    depth = draw(st.one_of(st.integers(0, 40), st.integers(900, 1900), st.integers(0, 100_000)))
     kind = draw(st.sampled_from(["list", "dict", "args", "openai_args", "whole"]))
     if kind == "list":
         body = "[" * depth + "]" * depth
@@ -136,6 +138,8 @@ def nested_json_call(draw: st.DrawFn) -> str:
             call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": inner}}
             message = json.dumps({"role": "assistant", "content": None, "tool_calls": [call]})
             return message if kind == "openai_args" else '{"tool_calls": ' + "[" * depth + "]" * depth + "}"
+    if draw(st.integers(0, 3)) == 0:
+        return f"```json\n{body}\n```"
     return f"<tool_call>{body}</tool_call>"
 
 
@@ -254,6 +258,8 @@ def action(draw: st.DrawFn) -> tuple[str, str]:
         return kind, draw(hermes_call())
     if kind == "deep":
         text = draw(nested_json_call())
+        if text.startswith("```"):  # a fenced JSON block is text, not a tool call
+            return "deep_text", text
         return ("deep" if text.count("[") + text.count("{") > 40 else "hermes"), text
     if kind == "openai":
         return kind, draw(openai_message())
@@ -270,6 +276,45 @@ def action(draw: st.DrawFn) -> tuple[str, str]:
         return kind, "<tool_call>" + "x" * (MAX_TEXT_LENGTH + draw(st.integers(0, 1000)))
     parts = draw(st.lists(st.one_of(junk, words, hermes_call(), fenced(), boxed()), min_size=2, max_size=4))
     return kind, "\n".join(parts)
+
+
+# Actions that broke a step once (issue 16, and what this fuzzer found since), replayed in every env.
+KNOWN_BAD = {
+    "nested-json-call": "<tool_call>" + "[" * 5000 + "]" * 5000 + "</tool_call>",
+    "nested-json-arguments": '<tool_call>{"name": "python", "arguments": {"code": '
+    + "[" * 3000
+    + "]" * 3000
+    + "}}</tool_call>",
+    "nested-openai-message": '{"tool_calls": ' + "[" * 1500 + "]" * 1500 + "}",  # short enough for a chat reply
+    "nested-json-fence": "```json\n" + "[" * 1900 + "]" * 1900 + "\n```",
+    "5000-digit-box": "The answer is \\boxed{" + "7" * 5000 + "}.",
+    "5000-digit-json-number": '<tool_call>{"name": "python", "arguments": {"code": ' + "9" * 5000 + "}}</tool_call>",
+    "500-calls": '<tool_call>{"name": "python", "arguments": {"code": "import time; time.sleep(9.5)"}}</tool_call>'
+    * 500,
+    "unclosed-boxes": "\\boxed{" * 50_000,
+    "nul-and-surrogates": "```bash\necho \x00 \ud800\n```",
+    "long-command": "```bash\necho " + "a" * (200 * 1024) + "\n```",
+    "over-the-action-space": "x" * (MAX_TEXT_LENGTH + 1),
+}
+
+
+@pytest.mark.parametrize("env_id", claw_envs.env_ids())
+def test_known_bad_actions_are_next_states(env_id: str) -> None:
+    env = gym.make(env_id).unwrapped
+    budget = turn_budget(env) + SLACK_S
+    try:
+        for name, text in KNOWN_BAD.items():
+            env.reset(seed=0)
+            start = time.monotonic()
+            _, _, _, _, info = env.step(text)
+            took = time.monotonic() - start
+            ns = info["next_state"]
+            assert info["status"] == "ok" and isinstance(ns, NextState), (name, ns.text[:300])
+            assert took < budget, f"{name}: step took {took:.1f} s"
+            if ns.evaluative.score == -1.0:
+                assert ns.directive, name
+    finally:
+        env.close()
 
 
 # -- the property ----------------------------------------------------------------------------
@@ -297,7 +342,7 @@ def test_no_action_crashes_or_overruns_a_step(env_id: str) -> None:
     @settings(
         max_examples=EXAMPLES,
         deadline=None,
-        derandomize=True,
+        derandomize=not os.environ.get("CLAW_FUZZ_RANDOM"),
         database=None,
         suppress_health_check=list(HealthCheck),
     )
