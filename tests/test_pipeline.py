@@ -473,3 +473,56 @@ def test_general_agents_get_step_index_normalised_advantages(tmp_path):
     assert asyncio.run(p.group(same)) == []  # a constant bucket: no gradient
     assert p.stats.masked["no_signal"] == 2
     p.log.close()
+
+
+class _SilentJudge:
+    """A judge that never answers: every verdict is unavailable (like an unreachable judge server)."""
+
+    async def judge(self, action, next_state, messages):
+        from judges.base import Judgement
+
+        return Judgement(score=0.0, available=False)
+
+
+def test_a_run_with_no_trainable_signal_stops_and_says_why(models, tmp_path):
+    cfg = PipelineConfig(
+        env="conversation", model=models("conversation"), updates=2, output_dir=tmp_path / "run", eval_every=0,
+        max_wait_for_signal=3.0, **FAST,
+    )  # fmt: skip
+    started = time.monotonic()
+    result = asyncio.run(asyncio.wait_for(Pipeline(cfg, judge=_SilentJudge()).run(), 120))
+    assert result.status == "no_signal" and result.exit_code == 1
+    assert "no turn became a trainable sample in 3 s" in result.message and "judge_unavailable" in result.message
+    assert time.monotonic() - started < 60
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "no_signal"
+
+
+def test_unreachable_judge_is_a_clear_error_before_any_rollout(models, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = PipelineConfig(
+        env="conversation", model=models("conversation"), updates=1, output_dir=tmp_path / "run",
+        judge=f"openai://127.0.0.1:{port}", **FAST,
+    )  # fmt: skip
+    with pytest.raises(RunError, match=rf"--judge openai://127.0.0.1:{port}: .*unreachable"):
+        asyncio.run(asyncio.wait_for(Pipeline(cfg).run(), 60))
+    assert not (tmp_path / "run" / "ledger.jsonl").exists()
+
+
+def test_resume_without_a_checkpoint_starts_again_in_place(models, tmp_path):
+    out = tmp_path / "run"
+    (out / "logs").mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"env": "claw/Echo-v0", "method": "combined", "lora": False}))
+    (out / "ledger.jsonl").write_text('{"kind": "update", "update": 1, "samples": ["a0-lost"], "dropped": []}\n')
+    cfg = PipelineConfig(
+        env="echo", model=models("echo"), updates=1, output_dir=out, eval_every=0, resume=True, group_size=2, **FAST
+    )
+    result = asyncio.run(asyncio.wait_for(Pipeline(cfg).run(), 150))
+    assert result.status == "done", result.message
+    records = Ledger(out / "ledger.jsonl").records()
+    assert records[1] == {"kind": "resume", "from_update": 0, "attempt": 1}
+    assert [e["update"] for e in Ledger(out / "ledger.jsonl").effective()] == [1]
+    assert "a0-lost" not in Ledger(out / "ledger.jsonl").effective()[0]["samples"]

@@ -25,9 +25,9 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
 
+from claw_train.config import ServeArgs, build  # noqa: E402
 from claw_train.logs import read_logs  # noqa: E402
 from claw_train.policy.base import Completion, Policy, PolicyError  # noqa: E402
-from claw_train.config import ServeArgs, build  # noqa: E402
 from claw_train.serve import serve  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -191,7 +191,7 @@ def test_session_turns_are_judged_trained_and_served_newer(server):
     wait_for(lambda: server.metrics()["version"] >= 1, what="the new weights")
     later = server.client(session).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}])
     assert int(later.system_fingerprint.removeprefix("claw-v")) >= 1
-    ledger = [json.loads(line) for line in (server.cfg.output_dir / "ledger.jsonl").read_text().splitlines()]
+    ledger = [json.loads(line) for line in (server.cfg.run.output_dir / "ledger.jsonl").read_text().splitlines()]
     assert {t["sample_id"] for t in judged} <= {s for e in ledger for s in e.get("samples", [])}
 
 
@@ -245,7 +245,7 @@ def test_bad_headers_huge_max_tokens_and_unknown_model(server):
     r = server.post({"messages": msgs}, headers={"X-Turn-Type": "sideways"})
     assert r.status_code == 400 and "X-Turn-Type" in r.json()["error"]["message"]
     r = server.post({"model": "tiny", "messages": msgs, "max_tokens": 10**9})
-    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= server.cfg.max_new_tokens
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= server.cfg.rollout.max_new_tokens
     raw = server.client().chat.completions.with_raw_response.create(model="gpt-9", messages=msgs, max_tokens=4)
     assert "not served here" in raw.headers["x-claw-warning"] and raw.parse().model == "tiny"
     assert httpx.get(f"{server.url[:-3]}/healthz").status_code == 200  # still serving after all of that

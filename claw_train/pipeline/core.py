@@ -216,11 +216,14 @@ class Pipeline:
     def _prepare(self) -> Path | None:
         options = as_flat_dict(self.args) | {"env": self.env_id}
         resume_from = self.rundir.prepare(options, resume=self.training.resume)
-        self.attempt = self.rundir.ledger.attempts() + (1 if resume_from else 0)
-        if resume_from is not None:
-            step = checkpoint_step(resume_from)
+        resuming = self.training.resume
+        self.attempt = self.rundir.ledger.attempts() + (1 if resuming else 0)
+        if resuming:  # from the last checkpoint, or from the start when the run was stopped before its first
+            step = checkpoint_step(resume_from) if resume_from is not None else 0
             self.rundir.ledger.resume(step, self.attempt)
             self.evals = self.rundir.evals_until(step)
+            if resume_from is None:
+                self.say("--resume: no checkpoint was saved yet; training starts again from the initial weights")
         self.log = VersionedLog(self.out / "logs")
         self.rng = np.random.default_rng([self.run_cfg.seed, self.attempt])
         return resume_from
@@ -237,6 +240,7 @@ class Pipeline:
             self.judge = self._judge_arg or self._make_judge()
         except ValueError as err:
             raise RunError(f"--judge {self.training.judge}: {err}") from None
+        await self._check_endpoints()
         self.samples = SampleMaker(
             method=self.training.method,
             judge=self.judge,
@@ -250,6 +254,16 @@ class Pipeline:
             temperature=self.rollout.temperature,
             fatal=lambda err: isinstance(err, PolicyDown),
         )
+
+    async def _check_endpoints(self) -> None:
+        """A judge or policy server that cannot be reached stops the run before it starts, saying which."""
+        reachable = getattr(self.judge, "reachable", None)
+        problem = await reachable() if reachable is not None else None
+        if problem:
+            raise RunError(f"--judge {self.training.judge}: {problem}")
+        remote = self.run_cfg.policy != "inprocess" and self._policy_arg is None
+        if remote and not await self.policy.healthy():
+            raise RunError(f"--policy {self.run_cfg.policy}: the server does not answer a one-token request")
 
     def _resolve_model(self) -> str:
         from claw_train.policy.loader import resolve_model
@@ -303,7 +317,26 @@ class Pipeline:
         tasks = source.start()
         if self.train and not self.sync:
             tasks += [asyncio.create_task(self._judge_worker()) for _ in range(self.training.judge_workers)]
+        if self.train and self.pool is not None and self.training.max_wait_for_signal > 0:
+            tasks.append(asyncio.create_task(self._watch_for_signal(self.training.max_wait_for_signal)))
         return tasks
+
+    async def _watch_for_signal(self, limit: float) -> None:
+        """Stop (with a checkpoint) when no turn has become a trainable sample for ``limit`` seconds."""
+        seen, since = -1, time.monotonic()
+        while not self.closed.is_set():
+            await asyncio.sleep(min(5.0, limit / 10))
+            samples = self.stats.snapshot()["counts"].get("samples", 0)
+            if samples != seen:
+                seen, since = samples, time.monotonic()
+            elif time.monotonic() - since >= limit:
+                masked = ", ".join(f"{k} {v}" for k, v in sorted(self.stats.snapshot()["masked"].items())) or "none"
+                self.request_stop(
+                    "no_signal",
+                    f"no turn became a trainable sample in {limit:g} s (masked: {masked}); check the judge "
+                    "(--judge) and the env, or raise --max-wait-for-signal",
+                )
+                return
 
     def _install_stop_signals(self) -> Callable[[], None]:
         """Ctrl-C and SIGTERM (a supervisor stopping the run) both checkpoint, then stop; returns the undo."""

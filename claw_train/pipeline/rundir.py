@@ -31,13 +31,14 @@ class RunDir:
         self.evals_path = self.root / "evals.jsonl"
 
     def prepare(self, options: Mapping[str, Any], *, resume: bool) -> Path | None:
-        """Check the directory and record the run; returns the checkpoint to resume from (None: a fresh run)."""
+        """Check the directory and record the run; returns the checkpoint to resume from (None: a fresh run, or a
+        resumed run stopped before its first checkpoint, which starts again from the initial weights)."""
         self.root.mkdir(parents=True, exist_ok=True)
         last = last_checkpoint(self.checkpoints)
         if resume:
-            if last is None:
-                raise RunError(f"--resume: no checkpoint under {self.checkpoints} to continue from")
-            saved = read_json(self.root / "run.json") or {}
+            saved = read_json(self.root / "run.json")
+            if saved is None:
+                raise RunError(f"--resume: no run in {self.root} to continue (no run.json, no checkpoint)")
             for key in IDENTITY:
                 if key in saved and saved[key] != options.get(key):
                     raise RunError(

@@ -160,6 +160,7 @@ class TrainerThread:
         p, trainer = self.p, self.trainer
         step = trainer.state.global_step
         batch = trainer.current_batch
+        p.log.flush()  # every turn the ledger is about to name is in the logs first (a kill -9 keeps them)
         p.rundir.ledger.update(
             step,
             [s.sample_id for s in batch],

@@ -20,7 +20,7 @@ SCHEMES = ("inprocess", "sglang://", "openai://", "openai+https://")
 def resolve_model(
     model: str = "tiny",
     *,
-    family: str,
+    family: str | None = None,
     progress: bool = True,
     say: Callable[[str], None] = print,
 ) -> str:
@@ -30,6 +30,8 @@ def resolve_model(
         import claw_envs
         from claw_train.tiny import NoDemonstrations, bootstrap, build_tiny
 
+        if family is None:
+            raise PolicyError("the tiny model is built per env family: name one (claw-train --env, family=...)")
         spec = claw_envs.family_spec(family)
         if spec.bootstrap == "demonstrations":
             try:
@@ -47,7 +49,7 @@ def load_policy(
     model: str = "tiny",
     policy: str = "inprocess",
     *,
-    family: str,
+    family: str | None = None,
     device: str = "cpu",
     max_batch: int = 8,
     api_key: str | None = None,

@@ -69,6 +69,10 @@ class JudgeBackend:
         """The longest one :meth:`complete` call should take (judges set their deadline from it)."""
         return 60.0
 
+    async def reachable(self) -> str | None:
+        """None when the backend can answer; else why not (checked once when a run starts)."""
+        return None
+
     async def complete(self, request: JudgeRequest) -> str:
         raise NotImplementedError
 

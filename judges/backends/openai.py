@@ -103,6 +103,16 @@ class OpenAIBackend(ResilientBackend):
             )
         return _message_text(response)
 
+    async def reachable(self) -> str | None:
+        """GET ``/models``: any HTTP answer means the server is there (a 401 says the key is wrong)."""
+        try:
+            response = await self._http().get("/models", timeout=min(self.timeout, 10.0))
+        except httpx.TransportError as err:
+            return f"{self.base_url} is unreachable: {type(err).__name__}: {err}"
+        if response.status_code in (401, 403):
+            return f"{self.base_url} refused the API key (HTTP {response.status_code}); set CLAW_JUDGE_API_KEY"
+        return None
+
     async def aclose(self) -> None:
         if self._client is not None and not self._client.is_closed:
             await self._client.aclose()
