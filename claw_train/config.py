@@ -11,14 +11,14 @@ same name means the same thing in every command.
 A field whose default is ``None`` takes the env family's value (its :class:`~claw_envs.FamilySpec`) or the
 command's, as its doc says; :func:`resolve` fills them in. ``--config file.yaml`` holds any option by its
 underscored name (``votes: 3``, ``judge_options: {timeout: 30}``); giving an option both there and on the
-command line with different values is an error. :func:`grpo_config` builds the trainer's ``GRPOConfig``.
+command line with different values is an error. The trainer's ``GRPOConfig`` is built from
+:class:`TrainingConfig` by :func:`claw_train.trainer.grpo_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -380,20 +380,20 @@ def build(cls: type[Args], *, command: Literal["train", "eval", "serve"], **valu
     return resolve(args, spec_for(args.run.env, personal=command == "serve"), command=command)
 
 
+MINIMUM = {
+    **dict.fromkeys(("updates", "samples_per_step", "rollout_workers", "judge_workers", "group_size", "votes"), 1),
+    **dict.fromkeys(("eval_n", "eval_k", "checkpoint_every"), 1),
+    **dict.fromkeys(("eval_every", "max_staleness", "policy_retries", "max_wait_for_signal"), 0),
+}
+
+
 def check(args: Any) -> None:
     """Range checks that apply whatever the command (raises :class:`ConfigError` naming the option)."""
     table = options(type(args))
-    positive = ("updates", "samples_per_step", "rollout_workers", "judge_workers", "group_size", "votes", "eval_n")
-    for name in positive:
+    for name, low in MINIMUM.items():
         value = get(args, name) if name in table else None
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    for name in ("eval_every", "max_staleness", "policy_retries", "eval_k"):
-        value = get(args, name) if name in table else None
-        if value is not None and value < (1 if name == "eval_k" else 0):
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= {1 if name == 'eval_k' else 0}, got {value}")
-    if "checkpoint_every" in table and get(args, "checkpoint_every") < 1:
-        raise ConfigError(f"--checkpoint-every must be at least 1, got {get(args, 'checkpoint_every')}")
+        if value is not None and value < low:
+            raise ConfigError(f"--{name.replace('_', '-')} must be {'at least 1' if low else '>= 0'}, got {value}")
     if get(args, "temperature") <= 0 and "method" in table:
         raise ConfigError(f"--temperature must be > 0 for training (log-probs need it), got {get(args, 'temperature')}")
     method = get(args, "method") if "method" in table else None
@@ -409,53 +409,3 @@ def yaml_values(pairs: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in pairs.items():
         out[key] = yaml.safe_load(value) if isinstance(value, str) else value
     return out
-
-
-# -- the trainer's GRPOConfig ---------------------------------------------------------------------
-
-
-def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed: int, temperature: float) -> Any:
-    """The trainer's :class:`~claw_train.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
-    options, then ``--trainer`` extras. TensorBoard writes to ``<output_dir>/tensorboard``."""
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(output_dir / "tensorboard")
-    from claw_train.trainer import ClawConfig
-
-    values: dict[str, Any] = {
-        "method": training.method,
-        "w_rl": training.w_rl,
-        "w_opd": training.w_opd,
-        "prm_c": training.prm_c,
-        "max_staleness": training.max_staleness,
-        "samples_per_step": training.samples_per_step,
-        "per_device_train_batch_size": training.samples_per_step,
-        "temperature": temperature,
-        "max_steps": training.updates,
-        "save_steps": training.checkpoint_every,
-        "report_to": training.report_to,
-        "seed": seed,
-    }
-    if training.lr is not None:
-        values["learning_rate"] = training.lr
-    values |= yaml_values(training.trainer)
-    try:
-        return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
-    except TypeError as err:
-        raise ConfigError(f"--trainer: {err}") from None
-
-
-def lora_config(training: TrainingConfig) -> Any:
-    """PEFT's ``LoraConfig`` for ``--lora`` (None without it)."""
-    if not training.lora:
-        return None
-    from peft import LoraConfig
-
-    targets: str | list[str] = training.lora_targets
-    if targets != "all-linear":
-        targets = [t.strip() for t in targets.split(",") if t.strip()]
-    return LoraConfig(
-        r=training.lora_rank,
-        lora_alpha=training.lora_alpha,
-        lora_dropout=0.0,
-        target_modules=targets,
-        task_type="CAUSAL_LM",
-    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from claw_train.config import ConfigError, TrainingConfig, yaml_values
 from claw_train.records import TrainSample
 
 # Per-model optimiser presets. The paper's Qwen3-4B run: lr 1e-5, weight decay 0.1, Adam β2 0.98.
@@ -363,3 +365,48 @@ class WeightPublisher(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         self._send(model, state.global_step)
+
+
+def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed: int, temperature: float) -> Any:
+    """The trainer's :class:`~claw_train.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
+    options, then ``--trainer`` extras. TensorBoard writes to ``<output_dir>/tensorboard``."""
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(output_dir / "tensorboard")
+    values: dict[str, Any] = {
+        "method": training.method,
+        "w_rl": training.w_rl,
+        "w_opd": training.w_opd,
+        "prm_c": training.prm_c,
+        "max_staleness": training.max_staleness,
+        "samples_per_step": training.samples_per_step,
+        "per_device_train_batch_size": training.samples_per_step,
+        "temperature": temperature,
+        "max_steps": training.updates,
+        "save_steps": training.checkpoint_every,
+        "report_to": training.report_to,
+        "seed": seed,
+    }
+    if training.lr is not None:
+        values["learning_rate"] = training.lr
+    values |= yaml_values(training.trainer)
+    try:
+        return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
+    except TypeError as err:
+        raise ConfigError(f"--trainer: {err}") from None
+
+
+def lora_config(training: TrainingConfig) -> Any:
+    """PEFT's ``LoraConfig`` for ``--lora`` (None without it)."""
+    if not training.lora:
+        return None
+    from peft import LoraConfig
+
+    targets: str | list[str] = training.lora_targets
+    if targets != "all-linear":
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    return LoraConfig(
+        r=training.lora_rank,
+        lora_alpha=training.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )

@@ -192,7 +192,7 @@ def test_bad_dataset_and_k_are_clear_errors(tmp_path, capsys):
     )
     assert code == 2 and "neither a known name" in output and "[x]" in output, output
     code, output = invoke(capsys, "--eval-k", "0", "--responses", str(tmp_path / "r.jsonl"))
-    assert code == 2 and "--eval-k must be >= 1" in output, output
+    assert code == 2 and "--eval-k must be at least 1" in output, output
 
 
 # -- a policy over HTTP ----------------------------------------------------------------------

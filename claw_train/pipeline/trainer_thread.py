@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from claw_train.config import grpo_config, lora_config
 from claw_train.pipeline.reporting import eval_due, evaluate
 from claw_train.policy.base import PolicyError
 from claw_train.records import TrainSample
@@ -107,7 +106,7 @@ class TrainerThread:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from claw_train.trainer import ClawTrainer, WeightPublisher
+        from claw_train.trainer import ClawTrainer, WeightPublisher, grpo_config, lora_config
 
         p = self.p
         model_spec = "tiny" if p.run_cfg.model == "tiny" else p.model_path
