@@ -49,6 +49,15 @@ def test_registered_and_made_through_gymnasium():
     env.close()
 
 
+def test_the_system_prompt_states_the_per_turn_limits():
+    env = ToolCallEnv(split="test", tool_timeout=3.0, max_calls_per_turn=4)
+    _, info = env.reset(seed=0)
+    system = info["messages"][0]["content"]
+    assert "3-second limit" in system and "up to 4 calls in a turn (6 seconds in all)" in system
+    assert env.turn_time_budget == 6.0 and env.parse_limits.max_calls == 4
+    env.close()
+
+
 def test_a_scripted_policy_that_calls_the_tool_solves_the_built_in_set(env):
     for task in list(builtin_tasks("test"))[:4]:  # one of each kind
         obs, info = env.reset(options={"task_id": task.id})

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from claw_envs.core import MAX_TEXT_LENGTH
+
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
 
@@ -46,8 +48,8 @@ ErrorKind = Literal[
 
 MAX_JSON_DEPTH = 32
 """Deepest JSON nesting read in a tool call (a real call is 2–4 deep; CPython's ``json`` recurses ~1000)."""
-MAX_ACTION_CHARS = 1 << 20
-"""Longest turn read, in characters: the action space's own bound (``claw_envs.core.MAX_TEXT_LENGTH``)."""
+MAX_ACTION_CHARS = MAX_TEXT_LENGTH
+"""Longest turn read, in characters: the action space's own bound (2**20)."""
 TURN_ERRORS = frozenset({"too_large", "too_many_calls"})
 """Error kinds about the whole turn rather than one call (nothing in such a turn is run)."""
 
