@@ -17,6 +17,8 @@ class Stats:
         self.counts: Counter[str] = Counter()
         self.masked: Counter[str] = Counter()
         self.scores: deque[float] = deque(maxlen=256)
+        self.score_total = [0.0, 0]  # sum and count of every judge score, for the summary's mean
+        self.outcomes = [0.0, 0, 0]  # sum, count and successes (outcome >= 1) of finished training episodes
         self.trained_total = 0
         self.train_started: float | None = None
         self.started = time.monotonic()
@@ -37,6 +39,32 @@ class Stats:
     def score(self, value: float) -> None:
         with self._lock:
             self.scores.append(value)
+            self.score_total[0] += value
+            self.score_total[1] += 1
+
+    def outcome(self, value: float) -> None:
+        """A training episode ended with this outcome."""
+        with self._lock:
+            self.outcomes[0] += value
+            self.outcomes[1] += 1
+            self.outcomes[2] += value >= 1.0
+
+    def totals(self) -> dict[str, Any]:
+        """Whole-run figures for the summary: counts, masking by reason, mean judge score, episode outcomes."""
+        with self._lock:
+            (score_sum, scored), (outcome_sum, ended, successes) = self.score_total, self.outcomes
+            return {
+                "episodes": self.counts["episodes"],
+                "turns": self.counts["turns"],
+                "turns_judged": self.counts["samples"] + self.counts["masked"],
+                "samples": self.counts["samples"],
+                "samples_trained": self.trained_total,
+                "masked": dict(self.masked),
+                "mean_judge_score": score_sum / scored if scored else None,
+                "episodes_with_outcome": ended,
+                "mean_outcome": outcome_sum / ended if ended else None,
+                "success_rate": successes / ended if ended else None,
+            }
 
     def trained(self, n: int) -> None:
         with self._lock:

@@ -61,10 +61,21 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     table.add_row("status", f"{summary['status']}: {summary['message']}")
     table.add_row("updates", str(summary["updates"]))
     table.add_row("wall time", f"{summary['wall_time']:.1f} s")
-    table.add_row("episodes / turns", f"{counts.get('episodes', 0)} / {counts.get('turns', 0)}")
-    table.add_row("samples trained", str(trainer.get("trained", 0)))
-    masked = counters.get("masked", {})
+    table.add_row(
+        "episodes / turns",
+        f"{summary.get('episodes', 0)} / {summary.get('turns', 0)} ({summary.get('turns_judged', 0)} judged)",
+    )
+    table.add_row("samples trained", f"{summary.get('samples_trained', 0)} of {summary.get('samples', 0)} accepted")
+    masked = summary.get("masked", {})
     table.add_row("turns masked", ", ".join(f"{k} {v}" for k, v in sorted(masked.items())) or "0")
+    if summary.get("mean_judge_score") is not None:
+        table.add_row("mean judge score", f"{summary['mean_judge_score']:+.3f}")
+    if summary.get("mean_outcome") is not None:
+        table.add_row(
+            "training episodes",
+            f"mean outcome {summary['mean_outcome']:+.3f}, success {summary['success_rate']:.0%} "
+            f"of {summary['episodes_with_outcome']}",
+        )
     table.add_row("stale samples dropped", str(trainer.get("stale_dropped", 0)))
     table.add_row("NaN steps skipped", str(trainer.get("nan_skipped", 0)))
     judged = counts.get("judged", 0)
@@ -78,6 +89,10 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
             f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  (success {e.get('success_rate', 0):.0%}"
             + (f", valid {e['valid_rate']:.0%})" if "valid_rate" in e else ")"),
         )
+    paths = summary.get("paths", {})
     if summary.get("checkpoint"):
         table.add_row("checkpoint", str(summary["checkpoint"]))
+    for key in ("logs", "tensorboard", "learning_curve"):
+        if key in paths:
+            table.add_row(key.replace("_", " "), paths[key])
     return table

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -121,6 +122,14 @@ def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
     turns = [r for r in records if r["kind"] == "turn"]
     assert {r["group"] for r in turns}  # grouped rollouts (step-index normalisation)
     assert result.counters["trainer"]["trained"] == 32
+    summary = json.loads((out / "summary.json").read_text())  # the summary says what the JSONL holds
+    assert summary["turns_judged"] == len(turns) and summary["turns"] >= len(turns)
+    assert summary["samples_trained"] == sum(len(e["samples"]) for e in Ledger(out / "ledger.jsonl").effective())
+    masked = Counter(r["reason"] for r in turns if r["decision"] == "masked")
+    assert summary["masked"] == dict(masked)
+    assert summary["samples"] == sum(r["decision"] == "accepted" for r in turns)
+    assert summary["episodes_with_outcome"] >= 1 and summary["mean_outcome"] is not None
+    assert summary["paths"]["tensorboard"] == str(out / "tensorboard")
 
 
 def test_sync_round_longer_than_staleness_does_not_stall(models, tmp_path):

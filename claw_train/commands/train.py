@@ -72,15 +72,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report(pipeline: Any, result: Any, console: Any) -> None:
     import json
 
+    from rich.markup import escape
+
     from claw_train.plots import summary_table
 
     summary = json.loads((pipeline.out / "summary.json").read_text())
+    if not summary.get("turns") and result.status not in ("done", "interrupted"):  # it never started
+        console.print(f"[red]claw-train: {escape(result.message)}[/red]")
+        return
     console.print(summary_table(summary, title=f"claw-train · {pipeline.title()}"))
     if result.evals:
         console.print(curve(result.evals))
     if result.status not in ("done", "interrupted"):
-        console.print(f"[red]the run ended with {result.status}: {result.message}[/red]")
-    console.print(f"learning curve: {pipeline.out / 'learning_curve.png'}   logs: {pipeline.out / 'logs'}")
+        console.print(f"[red]the run ended with {result.status}: {escape(result.message)}[/red]")
 
 
 def curve(evals: list[dict[str, Any]], width: int = 40) -> str:

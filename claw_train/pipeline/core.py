@@ -22,12 +22,12 @@ from claw_train.logs import VersionedLog
 from claw_train.metrics import Stats
 from claw_train.pipeline.budget import InFlightBudget
 from claw_train.pipeline.reporting import write_summary
-from claw_train.pipeline.rollouts import EnvRollouts, Item, SyncRounds
+from claw_train.pipeline.rollouts import EnvRollouts, Item, SyncRounds, turns_in
 from claw_train.pipeline.rundir import RunDir, RunError, checkpoint_step
 from claw_train.pipeline.trainer_thread import TrainerThread
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
 from claw_train.policy.guarded import GuardedPolicy, PolicyDown
-from claw_train.records import TrainSample, TurnRecord
+from claw_train.records import TrainSample
 
 ENV_FAILURE_STREAK = 8  # episodes in a row that fail before any succeeded: the env is broken, stop
 
@@ -370,7 +370,7 @@ class Pipeline:
 
     async def put_turn(self, item: Item) -> None:
         """Hand a turn (personal track) or a group of episodes (agent track) to the judges."""
-        self.stats.add("turns", _turns_in(item))
+        self.stats.add("turns", turns_in(item))
         await self.turn_q.put(item)
 
     def judge_item(self, item: Item) -> Awaitable[list[TrainSample]]:
@@ -384,7 +384,7 @@ class Pipeline:
             except PolicyDown as err:  # the teacher prefill found the policy dead
                 self.request_stop("policy_failed", str(err))
                 return
-            self.free(_turns_in(item) - len(samples))  # masked turns leave the in-flight budget now
+            self.free(turns_in(item) - len(samples))  # masked turns leave the in-flight budget now
             self._warn_if_starved()
             for sample in samples:
                 await self.sample_q.put(sample)
@@ -429,10 +429,6 @@ class Pipeline:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
                 w.cancel()
-
-
-def _turns_in(item: TurnRecord | list[list[TurnRecord]]) -> int:
-    return sum(len(ep) for ep in item) if isinstance(item, list) else 1
 
 
 async def _first_failure(tasks: list[asyncio.Task]) -> BaseException:

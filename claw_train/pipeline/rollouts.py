@@ -24,6 +24,11 @@ Item = TurnRecord | list[list[TurnRecord]]
 Emit = Callable[[TurnRecord], Awaitable[None]]
 
 
+def turns_in(item: Item) -> int:
+    """The turns in a personal-track turn (1) or an agent-track group of episodes."""
+    return sum(len(ep) for ep in item) if isinstance(item, list) else 1
+
+
 class StreamingAgent(EpisodeAgent):
     """An ``EpisodeAgent`` that hands each turn on as soon as the env has answered it; a lone episode takes an
     in-flight slot per turn (freed when the turn is trained or masked)."""
@@ -106,6 +111,9 @@ class EnvRollouts:
                 agent.abandon(result.status if result.status != "ok" else "infra_failure")
         await agent.flush()
         p.stats.add("episodes")
+        final = result.infos[-1].get("next_state") if result.infos else None
+        if final is not None and final.outcome is not None:
+            p.stats.outcome(final.outcome)
         if result.status != "ok":
             p.stats.add(f"episodes_{result.status}")
             p.note_env_failure(result.error or result.status)
@@ -153,7 +161,7 @@ class SyncRounds:
 
         async def collect(item: Item) -> None:
             items.append(item)
-            p.stats.add("turns", len(item) if isinstance(item, list) else 1)
+            p.stats.add("turns", turns_in(item))
 
         size = p.training.samples_per_step
         while not p.closed.is_set():

@@ -22,6 +22,16 @@ def _local_path(model_path: str) -> Path | None:
     return None
 
 
+def hub_unreachable(model_id: str, err: BaseException) -> str:
+    """What to do when a hub id cannot be fetched (no network, offline mode, unknown id)."""
+    reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+    offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True") else ""
+    return (
+        f"cannot fetch {model_id!r} from the Hugging Face hub{offline}: {reason}. Where the hub is reachable, "
+        f"save it once (huggingface-cli download {model_id} --local-dir DIR) and pass --model DIR"
+    )
+
+
 def _check_causal_lm(model_path: str) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -39,6 +49,8 @@ def _check_causal_lm(model_path: str) -> None:
     try:
         config = AutoConfig.from_pretrained(model_path)
     except Exception as err:
+        if path is None:
+            raise PolicyError(hub_unreachable(model_path, err)) from err
         raise PolicyError(f"cannot read the model config of {model_path!r}: {err}") from err
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise PolicyError(f"{model_path!r} is a {config.model_type!r} model, not a causal language model")

@@ -1,8 +1,8 @@
 """``load_policy(model, policy)``: one call from CLI strings to a serving policy.
 
-``model`` is ``tiny`` (the offline tiny model, bootstrapped on ``family``), a Hugging Face id or a local
-directory. ``policy`` is ``inprocess``, ``sglang://host:port[,host:port…]`` or ``openai://host:port[/v1]``
-(``openai+https://…`` for TLS).
+``model`` is ``tiny`` (the offline tiny model, bootstrapped on ``family``), a Hugging Face id, a local model
+directory, or a claw-train run folder (its last complete checkpoint). ``policy`` is ``inprocess``,
+``sglang://host:port[,host:port…]`` or ``openai://host:port[/v1]`` (``openai+https://…`` for TLS).
 """
 
 from __future__ import annotations
@@ -42,6 +42,14 @@ def resolve_model(
         return str(build_tiny())
     if not model:
         raise PolicyError("model is empty; use 'tiny', a Hugging Face id (org/name) or a local directory")
+    run_dir = Path(model).expanduser()
+    if (run_dir / "run.json").is_file() and (run_dir / "checkpoints").is_dir():  # a claw-train run folder
+        from claw_train.pipeline.rundir import last_checkpoint
+
+        last = last_checkpoint(run_dir / "checkpoints")
+        if last is None:
+            raise PolicyError(f"{model!r} is a run folder with no complete checkpoint yet")
+        return str(last)
     return model
 
 

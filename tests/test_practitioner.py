@@ -1,0 +1,110 @@
+"""A practitioner's paths (issue #19): progress in a pipe, a broken env stopping the run with its error, hub ids
+that cannot be fetched, and the README's quickstarts for your own data and a saved model folder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+import claw_envs
+from claw_envs import FamilySpec, InfraFailure, StepStatus
+from claw_envs.echo.env import EchoEnv
+from claw_train.config import TrainArgs, build
+from claw_train.pipeline import Pipeline
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+class BrokenEnv(EchoEnv):
+    """An env whose sandbox dies on every episode."""
+
+    async def _begin(self, task):
+        raise InfraFailure("the sandbox exploded", StepStatus.SANDBOX_FAILURE)
+
+
+@pytest.fixture(scope="module")
+def echo_model() -> str:
+    from claw_train.tiny import bootstrap
+
+    return str(bootstrap("echo", steps=2, progress=False))
+
+
+def test_an_env_that_always_fails_stops_the_run_with_its_error(echo_model, tmp_path):
+    spec = FamilySpec(name="brokenecho", env_id="claw/BrokenEcho-v0", entry_point="test_practitioner:BrokenEnv")
+    claw_envs.register(spec)
+    try:
+        args = build(TrainArgs, command="train", env="brokenecho", model=echo_model, updates=1,
+                     output_dir=tmp_path / "run", report_to="none")  # fmt: skip
+        result = asyncio.run(asyncio.wait_for(Pipeline(args, model_path=echo_model).run(), 120))
+    finally:
+        claw_envs.registry.unregister(spec.env_id)
+    assert result.status == "error" and result.exit_code == 1
+    assert "the env failed on each of the first" in result.message and "the sandbox exploded" in result.message
+
+
+def test_bootstrap_progress_shows_in_a_pipe(tmp_path):
+    env = {**os.environ, "CLAW_TINY_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [str(BIN / "claw-train"), "--env", "echo", "--updates", "1", "--samples-per-step", "4",
+         "--report-to", "none", "--output-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=580, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "bootstrapping tiny on claw/Echo-v0: started (500 to do)" in out
+    assert re.search(r"bootstrapping tiny on claw/Echo-v0: \d+/500 \(\d+%\), elapsed \d+ s, ETA \d+ s", out)
+    assert "\x1b[" not in proc.stdout  # no terminal control codes in a pipe
+
+
+def test_a_hub_id_that_cannot_be_fetched_says_what_to_do(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [str(BIN / "claw-train"), "--env", "echo", "--model", "Qwen/Qwen3-0.6B", "--output-dir", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "cannot fetch 'Qwen/Qwen3-0.6B' from the Hugging Face hub (HF_HUB_OFFLINE is set)" in out
+    assert "--model DIR" in out and "learning curve" not in out and "logs:" not in out
+
+
+def _readme_block(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(title) :]
+    return re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+
+
+def test_readme_quickstart_own_data_and_saved_model_run_as_written(echo_model, tmp_path):
+    """The README's "Your own data" commands, run as written (with a fast config appended)."""
+    block = _readme_block("### Your own data")
+    (tmp_path / "my_problems.jsonl").write_text(
+        "\n".join(
+            json.dumps({"id": f"p{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}) for i in range(12)
+        )
+        + "\n"
+    )
+    model = tmp_path / "my-model"
+    shutil.copytree(echo_model, model)  # "a model saved with save_pretrained" (hub part: a saved model folder)
+    fast = ["--updates", "1", "--samples-per-step", "4", "--report-to", "none", "--max-new-tokens", "24"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    commands = [line for line in block.splitlines() if line.startswith(("claw-train", "claw-eval"))]
+    assert commands, block
+    for line in commands:
+        argv = line.split("#")[0].split()
+        argv = [str(BIN / argv[0]), *argv[1:]]
+        if argv[0].endswith("claw-train"):
+            argv += fast
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=580, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, line + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
