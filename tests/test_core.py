@@ -170,3 +170,18 @@ def test_next_state_to_dict_is_json_friendly():
 
     ns = NextState("t", image=b"\x89PNG....", judge_inputs={"a": 1})
     assert json.loads(json.dumps(ns.to_dict()))["image"] == "<png 8 bytes>"
+
+
+@pytest.mark.parametrize("env_id", claw_envs.env_ids())
+@pytest.mark.parametrize("junk", ["hmm, not sure", "", "<tool_call>{not json</tool_call>", "\x00\ud800 ??"])
+def test_junk_actions_are_minus_one_with_a_directive_in_every_family(env_id, junk):
+    """The contract: bad agent output is -1 with a directive that says what was wrong, in every family."""
+    env = gym.make(env_id).unwrapped
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step(junk)
+    finally:
+        env.close()
+    ns = info["next_state"]
+    assert info["status"] == "ok", info
+    assert ns.evaluative.score == -1.0 and ns.directive, (env_id, junk, ns)

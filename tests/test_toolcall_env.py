@@ -151,7 +151,7 @@ def test_a_turn_with_no_call_and_no_box_is_told_what_to_do(env):
     env.reset(seed=3)
     obs, _reward, terminated, _truncated, info = env.step("Hmm, let me think about it.")
     ns = info["next_state"]
-    assert obs == NUDGE and ns.evaluative.score == 0.0 and "no_action" in ns.evaluative.tags
+    assert obs == NUDGE and ns.evaluative.score == -1.0 and "no_action" in ns.evaluative.tags
     assert "\\boxed" in ns.directive and "<tool_call>" in ns.directive
     assert info["messages"][-1] == {"role": "user", "content": NUDGE} and not terminated
 

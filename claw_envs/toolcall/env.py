@@ -186,15 +186,12 @@ class ToolCallEnv(ClawEnv):
             )
         elif answer:
             tr = await self._answer_turn(action, answer)
-        else:
-            ns = NextState(
-                text=NUDGE,
-                role="environment",
-                evaluative=Evaluative(0.0, ("no_action",)),
-                directive="Call the python tool in a <tool_call> block, or give the final answer in \\boxed{}.",
-                judge_inputs=self._judge_inputs(action, NUDGE),
+        else:  # neither a tool call nor an answer: the agent's error, like any malformed action
+            directive = "Call the python tool in a <tool_call> block, or give the final answer in \\boxed{}."
+            tr = Transition(
+                observation=NUDGE,
+                next_state=bad_action(NUDGE, directive, tags=("no_action",), **self._judge_inputs(action, NUDGE)),
             )
-            tr = Transition(observation=NUDGE, next_state=ns)
         if tr.terminated or self.step_index >= self.max_turns:
             self.sandbox.close()
             if not tr.terminated:  # the base class truncates here and records outcome -1
