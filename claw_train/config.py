@@ -128,6 +128,9 @@ class TrainingConfig:
     """Seconds without a trainable sample before the run stops with a checkpoint and says why (0: wait forever)."""
     report_to: str = "tensorboard"
     """Where TRL reports metrics: tensorboard | wandb | none."""
+    publish_dir: Path | None = None
+    """Remote policies (sglang://): each version's weights are written here for the servers to load; a path
+    they read at the same name (shared storage). None: <output-dir>/weights."""
     trainer: dict[str, str] = field(default_factory=dict)
     """Further GRPOConfig fields, KEY VALUE pairs (values read as YAML scalars)."""
 

@@ -535,3 +535,28 @@ def test_resume_without_a_checkpoint_starts_again_in_place(models, tmp_path):
     assert records[1] == {"kind": "resume", "from_update": 0, "attempt": 1}
     assert [e["update"] for e in Ledger(out / "ledger.jsonl").effective()] == [1]
     assert "a0-lost" not in Ledger(out / "ledger.jsonl").effective()[0]["samples"]
+
+
+class PublishFails(NaNOnce):
+    """A policy whose weight updates never arrive (a server that cannot read the published weights)."""
+
+    def publish(self, weights, version):
+        if version > 0:
+            raise PolicyError(f"cannot load weights v{version}")
+        self.inner.publish(weights, version)
+
+
+def test_a_publish_that_keeps_failing_stops_the_run_visibly(models, tmp_path):
+    from claw_train.policy.inprocess import InProcessPolicy
+
+    policy = PublishFails(InProcessPolicy(models("conversation")), at=-1)
+    cfg = PipelineConfig(
+        env="conversation", model=models("conversation"), updates=3, output_dir=tmp_path / "run", eval_every=0,
+        **FAST,
+    )  # fmt: skip
+    said = []
+    result = asyncio.run(asyncio.wait_for(Pipeline(cfg, policy=policy, on_message=said.append).run(), 150))
+    assert result.status == "error" and "publishing weights v1 failed 3 times" in result.message
+    assert "cannot load weights v1" in result.message and result.updates == 1
+    assert sum("publishing weights v1 failed: cannot load" in line for line in said) == 3  # each try is said
+    assert result.counters["counts"]["publish_errors"] == 3

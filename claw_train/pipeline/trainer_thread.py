@@ -14,12 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from claw_envs.retry import retry_sync
 from claw_train.pipeline.reporting import eval_due, evaluate
 from claw_train.policy.base import PolicyError
 from claw_train.records import TrainSample
 
 if TYPE_CHECKING:
     from claw_train.pipeline.core import Pipeline
+
+PUBLISH_RETRIES = 2
 
 
 class SampleFeed:
@@ -116,7 +119,7 @@ class TrainerThread:
         dtype = torch.float32 if args.use_cpu else "auto"
         model = AutoModelForCausalLM.from_pretrained(p.model_path, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(p.model_path)
-        to_disk = None if p.run_cfg.policy == "inprocess" else p.out / "weights"
+        to_disk = None if p.run_cfg.policy == "inprocess" else (p.training.publish_dir or p.out / "weights")
         callbacks = [WeightPublisher(self._publish, to_disk=to_disk), _glue_callback(self)]
         feed = SampleFeed(p.sample_q, p.loop, p.closed, on_take=lambda: p.free(1))
         return ClawTrainer(
@@ -129,13 +132,24 @@ class TrainerThread:
         )
 
     def _publish(self, weights: Any, version: int) -> None:
+        """Hand version ``version`` to the serving policy; retried, and a publish that keeps failing stops the run
+        (serving would go on with old weights while the trainer moved on)."""
         p = self.p
+
+        def attempt() -> None:
+            try:
+                p.policy.inner.publish(weights, version)
+            except PolicyError as err:
+                p.stats.add("publish_errors")
+                p.log.write(version, {"kind": "event", "event": "publish_failed", "error": str(err)})
+                p.say(f"publishing weights v{version} failed: {err}")
+                raise
+
         try:
-            p.policy.inner.publish(weights, version)
+            retry_sync(attempt, retries=PUBLISH_RETRIES, backoff=1.0, retry_on=lambda e: isinstance(e, PolicyError))
         except PolicyError as err:
-            p.stats.add("publish_errors")
-            p.log.write(version, {"kind": "event", "event": "publish_failed", "error": str(err)})
-            p.say(f"publishing weights v{version} failed: {err}")
+            where = f" (the servers must read {weights} at that path)" if isinstance(weights, Path) else ""
+            p.request_stop("error", f"publishing weights v{version} failed {PUBLISH_RETRIES + 1} times{where}: {err}")
             return
         p.stats.version = version
         p.loop.call_soon_threadsafe(p.served.set)
