@@ -30,8 +30,8 @@ from claw_envs.conversation import (
     rubric,
 )
 from claw_envs.conversation.demos import hint_forms
-from claw_envs.conversation.homework import split_of
 from claw_envs.conversation.score import MAX_REPLY_CHARS
+from claw_envs.conversation.tasks import split_of
 from claw_train.evaluation import evaluate
 from claw_train.evaluation.scripted import ScriptedPolicy
 from claw_train.policy.base import PolicyError, SamplingParams

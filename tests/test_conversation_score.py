@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from claw_envs.conversation import Problem, StudentWork, answer_correct, is_valid_reply, load_persona, rubric
-from claw_envs.conversation.homework import Step
 from claw_envs.conversation.score import CHECKS, MAX_REPLY_CHARS, context, final_number, reply_problem
+from claw_envs.conversation.tasks import Step
 
 PROBLEM = Problem(
     "p",

@@ -11,8 +11,8 @@ import pytest
 
 import claw_envs
 from claw_envs.toolcall import ToolCallEnv
-from claw_envs.toolcall.datasets import builtin_tasks, make_arithmetic
 from claw_envs.toolcall.env import NUDGE, tool_call_text
+from claw_envs.toolcall.tasks import builtin_tasks, make_arithmetic
 
 
 def py(code: str) -> str:

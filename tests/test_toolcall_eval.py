@@ -12,9 +12,9 @@ import pytest
 from test_toolcall_env import solve_from_question
 
 import claw_envs
-from claw_envs.toolcall.datasets import NAMED, dapo_question, gsm8k_answer, load_dataset, tasks_from_hub_rows
 from claw_envs.toolcall.env import tool_call_text
 from claw_envs.toolcall.evaluation import AnswerEvaluation
+from claw_envs.toolcall.tasks import NAMED, dapo_question, gsm8k_answer, load_dataset, tasks_from_hub_rows
 from claw_train.commands.evaluate import main
 from claw_train.evaluation import bootstrap_ci, evaluate, pass_at_k, summarize
 from claw_train.evaluation.runner import TURN_SEED_STRIDE

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from claw_envs.toolcall.grading import MathVerifier, exact_value, grade_answer, grade_response, normalize_answer
-from claw_envs.toolcall.parse import (
+from claw_envs.toolcall.actions import (
     TURN_ERRORS,
     ParseLimits,
     ToolCall,
@@ -19,6 +18,7 @@ from claw_envs.toolcall.parse import (
     parse_action,
     validate_arguments,
 )
+from claw_envs.toolcall.signals import MathVerifier, exact_value, grade_answer, grade_response, normalize_answer
 from claw_envs.toolcall.tools import PYTHON, cap_text, last_error_line
 
 SCHEMAS = {"python": PYTHON.parameters}

@@ -5,17 +5,17 @@
 * the personalization rubric (:func:`rubric`, :func:`answer_correct`, :func:`is_valid_reply`)
 * signals from the user's reply text (:func:`extract_signals`)
 * simulators (:class:`RulesSimulator`, :class:`LLMSimulator`)
-* homework (:func:`builtin_tasks`, :func:`load_gsm8k`) and demonstrations (:func:`demonstrations`,
+* homework tasks (``tasks.py``: :func:`builtin_tasks`, :func:`load_gsm8k`) and demonstrations (:func:`demonstrations`,
   :func:`hinted_messages` — the one bracketed-hint format)
 """
 
 from claw_envs.conversation.demos import demonstrations, hinted_messages, render_reply
 from claw_envs.conversation.env import ConversationEnv
-from claw_envs.conversation.homework import Problem, StudentWork, builtin_tasks, load_gsm8k, student_work
 from claw_envs.conversation.persona import Persona, available_personas, load_persona
 from claw_envs.conversation.score import MAX_REPLY_CHARS, RubricResult, answer_correct, is_valid_reply, rubric
 from claw_envs.conversation.signals import Signals, extract_signals
 from claw_envs.conversation.simulator import LLMSimulator, Reaction, RulesSimulator, Simulator, Turn
+from claw_envs.conversation.tasks import Problem, StudentWork, builtin_tasks, load_gsm8k, student_work
 from claw_envs.spec import FamilySpec, JudgeTemplates, TrainingDefaults
 
 SPEC = FamilySpec(
@@ -26,7 +26,7 @@ SPEC = FamilySpec(
     judge=JudgeTemplates(prm="prm_personal", hint="hint_personal"),
     training=TrainingDefaults(max_new_tokens=96, rollout_workers=8, eval_every=4),
     tokenizer_corpus=True,
-    load_tasks="claw_envs.conversation.homework:load_gsm8k",
+    load_tasks="claw_envs.conversation.tasks:load_gsm8k",
     evaluation="claw_envs.conversation.evaluation:PersonalizationEvaluation",
     live="claw_envs.conversation.live:LiveChat",
     env_options=("persona",),

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from claw_envs.conversation.demos import demonstrations, opening_message, render_reply
-from claw_envs.conversation.homework import Problem, StudentWork, builtin_tasks, student_work
 from claw_envs.conversation.persona import Persona, load_persona, pick
 from claw_envs.conversation.score import MAX_REPLY_CHARS, rubric
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.simulator import Simulator, Turn, make_simulator
+from claw_envs.conversation.tasks import Problem, StudentWork, builtin_tasks, student_work
 from claw_envs.core import ClawEnv, NextState, Opening, Transition, step_history
 from claw_envs.tasks import Task, TaskSource
 

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from claw_envs.conversation.demos import STYLES, render_reply
-from claw_envs.conversation.homework import Problem
 from claw_envs.conversation.persona import load_persona
+from claw_envs.conversation.tasks import Problem
 from claw_envs.evaluation import Evaluation, ScriptedReply, first_messages, step_infos
 from claw_envs.pool import EpisodeResult
 from claw_envs.tasks import Task, TaskSource

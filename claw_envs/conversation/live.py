@@ -8,7 +8,7 @@ from typing import Any
 
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.core import Evaluative, NextState, step_history
-from claw_envs.toolcall.parse import parse_action
+from claw_envs.toolcall.actions import parse_action
 
 
 class LiveChat:

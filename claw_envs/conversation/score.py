@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from claw_envs.conversation.homework import Number, Problem, StudentWork, numbers_in, student_work
 from claw_envs.conversation.signals import sentences
+from claw_envs.conversation.tasks import Number, Problem, StudentWork, numbers_in, student_work
 
 if TYPE_CHECKING:
     from claw_envs.conversation.persona import Persona

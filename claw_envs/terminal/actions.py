@@ -1,11 +1,11 @@
 """Read one terminal turn out of the model's raw text: a command, a final message, or a problem.
 
 A command is a call of the ``bash`` tool (Hermes ``<tool_call>`` or OpenAI ``tool_calls``, read by
-:mod:`claw_envs.toolcall.parse`) or a fenced block tagged ``bash``, ``sh`` or ``shell``. A turn must hold
+:mod:`claw_envs.toolcall.actions`) or a fenced block tagged ``bash``, ``sh`` or ``shell``. A turn must hold
 exactly one. A turn with no command and some words is the final message ("done"); a turn with no words
 at all (empty, whitespace, punctuation) is a problem, so junk never ends an episode.
 
-Reading is bounded (:class:`~claw_envs.toolcall.parse.ParseLimits`: JSON depth, turn size, calls per turn)
+Reading is bounded (:class:`~claw_envs.toolcall.actions.ParseLimits`: JSON depth, turn size, calls per turn)
 and linear in the text. A command over ``MAX_COMMAND_BYTES`` or holding a NUL or a lone surrogate (no
 program can be handed one) is a problem too, never a sandbox failure.
 """
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from claw_envs.toolcall.parse import TURN_ERRORS, ParseLimits, ToolCall, ToolCallError, invalid_char, parse_action
+from claw_envs.toolcall.actions import TURN_ERRORS, ParseLimits, ToolCall, ToolCallError, invalid_char, parse_action
 
 MAX_COMMAND_BYTES = 64 * 1024
 """Longest command line run, in UTF-8 bytes. Half the kernel's 128 KiB cap on one argument, so every backend can

@@ -103,7 +103,7 @@ class TerminalEnv(ClawEnv):
     max_command_bytes: int = MAX_COMMAND_BYTES
     """Longest command line run, in UTF-8 bytes; a longer one is refused (-1), never a sandbox failure."""
     parse_limits = LIMITS
-    """JSON depth, turn size and calls read per turn (:class:`~claw_envs.toolcall.parse.ParseLimits`)."""
+    """JSON depth, turn size and calls read per turn (:class:`~claw_envs.toolcall.actions.ParseLimits`)."""
 
     def __init__(
         self,

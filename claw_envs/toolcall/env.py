@@ -21,7 +21,7 @@ Step signals (``info["next_state"]``):
 * Bounds (the agent's error when overrun, never an exception): a turn holds at most ``max_calls_per_turn``
   (8) tool calls, or none is run; the calls of one turn share ``turn_time_budget`` seconds (2 × the per-call
   timeout), and a call past it is not run; tool-call JSON nests at most 32 deep and a turn is at most
-  2**20 characters (:class:`~claw_envs.toolcall.parse.ParseLimits`); a boxed answer over
+  2**20 characters (:class:`~claw_envs.toolcall.actions.ParseLimits`); a boxed answer over
   ``max_answer_chars`` (1000) is not graded. Each is ``evaluative`` -1 with a directive naming the limit.
 
 ``info["messages"]`` is OpenAI-format: the assistant turn holds ``content`` (its text outside the
@@ -44,9 +44,7 @@ import numpy as np
 from claw_envs.core import ClawEnv, Evaluative, Message, NextState, Opening, Transition, bad_action, step_history
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.tasks import Task, TaskSource
-from claw_envs.toolcall.datasets import builtin_tasks, load_dataset, make_arithmetic
-from claw_envs.toolcall.grading import MAX_ANSWER_CHARS, MathVerifier, grade_answer
-from claw_envs.toolcall.parse import (
+from claw_envs.toolcall.actions import (
     MAX_ACTION_CHARS,
     MAX_JSON_DEPTH,
     TURN_ERRORS,
@@ -57,6 +55,8 @@ from claw_envs.toolcall.parse import (
     last_boxed,
     parse_action,
 )
+from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, MathVerifier, grade_answer
+from claw_envs.toolcall.tasks import builtin_tasks, load_dataset, make_arithmetic
 from claw_envs.toolcall.tools import TOOLS, ToolOutput, run_python
 
 SYSTEM_PROMPT = """\

@@ -20,8 +20,8 @@ from typing import Any
 from claw_envs.evaluation import Evaluation, step_infos
 from claw_envs.pool import EpisodeResult
 from claw_envs.tasks import TaskSource
-from claw_envs.toolcall.grading import grade_response
-from claw_envs.toolcall.parse import last_boxed, strip_tool_calls
+from claw_envs.toolcall.actions import last_boxed, strip_tool_calls
+from claw_envs.toolcall.signals import grade_response
 
 ID_KEYS = ("id", "problem_id", "task_id")
 

@@ -1,4 +1,4 @@
-"""The process that runs math-verify for :mod:`claw_envs.toolcall.grading` (``python -m`` this module).
+"""The process that runs math-verify for :mod:`claw_envs.toolcall.signals` (``python -m`` this module).
 
 It reads one JSON request a line, ``{"gold": str, "pred": str, "timeout": int}``, and answers one JSON line,
 ``{"equal": bool}`` or ``{"error": str}``. math-verify's own ``signal.alarm`` time limits work here because

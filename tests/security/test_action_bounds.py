@@ -20,9 +20,7 @@ from claw_envs.terminal import TerminalEnv
 from claw_envs.terminal.actions import MAX_COMMAND_BYTES, fenced_text, read_turn
 from claw_envs.terminal.actions import tool_call_text as bash
 from claw_envs.toolcall import ToolCallEnv
-from claw_envs.toolcall.env import tool_call_text as py
-from claw_envs.toolcall.grading import MAX_ANSWER_CHARS, exact_value, grade_answer, grade_response
-from claw_envs.toolcall.parse import (
+from claw_envs.toolcall.actions import (
     MAX_ACTION_CHARS,
     MAX_JSON_DEPTH,
     ParseLimits,
@@ -30,6 +28,8 @@ from claw_envs.toolcall.parse import (
     parse_action,
     strip_tool_calls,
 )
+from claw_envs.toolcall.env import tool_call_text as py
+from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, exact_value, grade_answer, grade_response
 from claw_envs.toolcall.tools import PYTHON
 
 

@@ -37,7 +37,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from claw_envs.toolcall.parse import last_boxed, strip_tool_calls
+from claw_envs.toolcall.actions import last_boxed, strip_tool_calls
 
 Method = Literal["string", "math_verify", "timeout", "no_answer", "too_long"]
 
