@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,23 @@ def test_plugin_family_trains_and_evaluates(tmp_path, demos):
     judged = _run([str(BIN / "claw-envs"), "judge", "--env", name, "--show-prompt", "--votes", "1"], tmp_path)
     assert judged.returncode == 0, judged.stdout[-3000:] + judged.stderr[-3000:]
     assert "PARITY-PLUGIN-JUDGE" in judged.stdout  # the family's own template, read from its package
+
+
+@pytest.mark.parametrize("family", ["echo", "terminal"])
+def test_claw_eval_works_for_every_built_in_family(tmp_path, family):
+    """Families with no evaluation extension get the generic one (mean outcome, success, pass@k)."""
+    if family == "terminal" and shutil.which("bwrap") is None:
+        pytest.skip("the terminal sandbox needs bubblewrap")
+    from claw_train.tiny import bootstrap
+
+    model = str(bootstrap(family, steps=2, progress=False))
+    out = tmp_path / "eval"
+    ev = _run(
+        [str(BIN / "claw-eval"), "--env", family, "--model", model, "--eval-n", "2", "--eval-k", "2",
+         "--max-new-tokens", "24", "--output-dir", str(out)],
+        tmp_path,
+    )  # fmt: skip
+    assert ev.returncode == 0, ev.stdout[-3000:] + ev.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tasks"] == 2 and summary["samples"] == 4 and 0.0 <= summary["success_rate"] <= 1.0
+    assert "mean outcome" in ev.stdout and "pass@2" in ev.stdout
