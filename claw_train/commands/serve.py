@@ -23,6 +23,11 @@ Headers:
 Replies carry X-Policy-Version (and system_fingerprint "claw-v<N>"). A request for another model name is
 answered by this one with an X-Claw-Warning header. Main turns of one session are served one at a time.
 
+Security: it listens on 127.0.0.1 by default. With an API key (CLAW_API_KEY=secret, or --api-key; the
+environment keeps it out of `ps`) every request but /healthz needs "Authorization: Bearer <key>" (401
+otherwise); any non-loopback --host (0.0.0.0, a LAN address) is refused without one (exit 2). Request bodies
+over --max-body-bytes (4 MiB) are refused with 413 before they are read.
+
 curl:
   curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
     -H 'X-Session-Id: alice' -H 'X-Turn-Type: main' \\
@@ -60,11 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from claw_train.pipeline import RunError
     from claw_train.policy.base import PolicyError
     from claw_train.serve import serve
+    from claw_train.serve.server import API_KEY_ENV, api_key, check_bind
 
     hf_logging.disable_progress_bar()
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
+
+    key = api_key(args.serving)
+    try:
+        check_bind(args.serving.host, key)  # before a model is loaded or built
+    except RunError as err:
+        say(f"claw-serve: {err}")
+        return 2
 
     model_path = None
     if args.run.model == "tiny":
@@ -84,9 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     def ready(url: str, _pipeline: object) -> None:
         training = "learning" if args.serving.train else "not training"
         print(f"claw-serve: serving {args.serving.served_model or args.run.model} at {url}  ({training})")
-        print(
-            f'  point a client at it: OpenAI(base_url="{url}", api_key="x", default_headers={{"X-Session-Id": "me"}})'
-        )
+        shown = f'os.environ["{API_KEY_ENV}"]' if key else '"x"'
+        headers = '{"X-Session-Id": "me"}'
+        print(f'  point a client at it: OpenAI(base_url="{url}", api_key={shown}, default_headers={headers})')
+        if not key:
+            print("  no API key: anyone on this machine can use it (and train it); see --api-key")
         print(f"  logs and checkpoints: {out}   metrics: {url[:-3]}/metrics   Ctrl-C: checkpoint and exit")
         sys.stdout.flush()  # a log file or a pipe sees the URL at once
 

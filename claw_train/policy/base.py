@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,22 @@ class Policy:
     ) -> Completion:
         """Complete ``prompt``; chat messages are rendered with the generation prompt (and ``tools``, if any)."""
         raise NotImplementedError
+
+    async def stream(
+        self,
+        prompt: Sequence[Message] | Sequence[int],
+        sampling: SamplingParams,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> AsyncIterator[str | Completion]:
+        """:meth:`generate`, yielding the text as it is generated: ``str`` pieces, then the finished
+        :class:`Completion` (always the last item; what a token-exact caller records). The pieces join to the
+        completion's text. This default yields the whole text once, when generation is over; backends that can
+        do better (inprocess: one piece per token) override it."""
+        completion = await (self.generate(prompt, sampling, tools=tools) if tools else self.generate(prompt, sampling))
+        if completion.text:
+            yield completion.text
+        yield completion
 
     async def logprobs(
         self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0

@@ -7,7 +7,7 @@ its ``temperature`` equals the sampler's). ``publish`` loads new weights into a 
 caller's thread; the worker swaps standby and serving copies *between* batches, so no request fails
 or waits for training, and every completion carries the version that produced all of its tokens.
 A weight file that cannot be read, or that does not match the model, raises ``PolicyError`` to the
-publisher only; the old weights keep serving.
+publisher only; the old weights keep serving. ``stream`` yields each token's text as the worker samples it.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import inspect
 import os
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from claw_train.policy.base import Completion, Message, Policy, PolicyError, SamplingParams
 from claw_train.policy.hf import load_causal_lm, load_into, load_tokenizer, read_weights
+from claw_train.policy.streaming import OnToken, TextStream, notify, stream_tokens
 
 
 @dataclass
@@ -32,6 +33,7 @@ class _Generate:
     prompt_ids: list[int]
     sampling: SamplingParams
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    on_token: OnToken | None = None  # called in the worker thread with each sampled token
 
 
 @dataclass
@@ -114,12 +116,23 @@ class InProcessPolicy(Policy):
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Completion:
         """Complete chat ``messages`` (rendered with the generation prompt) or exact prompt token ids."""
+        return await self._submit(self._request(prompt, sampling, tools))
+
+    async def stream(
+        self, prompt: Sequence[Message] | Sequence[int], sampling: SamplingParams, *, tools: Any = None
+    ) -> AsyncIterator[str | Completion]:
+        """:meth:`generate`, yielding each token's text as the worker samples it, then the :class:`Completion`."""
+        request = self._request(prompt, sampling, tools)
+        async for item in stream_tokens(request, self._enqueue, TextStream(self.tokenizer, self.eos_ids)):
+            yield item
+
+    def _request(self, prompt: Sequence[Message] | Sequence[int], sampling: SamplingParams, tools: Any) -> _Generate:
         ids = self.prompt_ids(prompt, tools=tools)
         _check_sampling(sampling)
         self._check_ids(ids, "prompt")
         if len(ids) >= self.max_positions:
             raise PolicyError(f"prompt has {len(ids)} tokens; the model's context is {self.max_positions}")
-        return await self._submit(_Generate(ids, sampling))
+        return _Generate(ids, sampling)
 
     async def logprobs(
         self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0
@@ -176,10 +189,13 @@ class InProcessPolicy(Policy):
     # -- worker -----------------------------------------------------------------------------
 
     async def _submit(self, request: _Generate | _Prefill) -> Any:
+        self._enqueue(request)
+        return await asyncio.wrap_future(request.future)
+
+    def _enqueue(self, request: _Generate | _Prefill) -> None:
         if self._closed or not self._worker.is_alive():
             raise PolicyError("policy is closed")
         self._requests.put(request)
-        return await asyncio.wrap_future(request.future)
 
     def _check_ids(self, ids: Sequence[int], what: str) -> None:
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
@@ -304,6 +320,8 @@ class InProcessPolicy(Policy):
                 tok, lp = _sample(logits[i], r.sampling, gens[i])
                 out_ids[i].append(tok)
                 out_lps[i].append(lp)
+                if r.on_token is not None:
+                    notify(r, tok)
                 if tok in eos or (r.sampling.stop and self._hits_stop(out_ids[i], r.sampling.stop)):
                     finish[i], done[i] = "stop", True
                 elif len(out_ids[i]) >= budgets[i]:

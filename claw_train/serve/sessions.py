@@ -14,18 +14,24 @@ request is the next state of the previous turn.
 * **Sampling.** Trained main turns sample at the trainer's temperature (the request's ``temperature`` and ``top_p``
   are used only for side/one-off turns and with ``--no-train``); ``max_tokens`` above ``--max-new-tokens`` is
   clamped to it.
+* **Streaming.** With ``on_text`` a request's reply is handed on piece by piece as the policy generates it
+  (:meth:`~claw_train.policy.base.Policy.stream`); what is recorded and trained is the same token-exact completion.
+* **Off the event loop.** Rendering the chat template, tokenising and reading next states run in worker threads
+  (``asyncio.to_thread``), so one large request never stalls the others or ``/healthz``; a prompt whose characters
+  alone prove it longer than the model's context is refused before it is tokenised.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from claw_envs.spec import resolve
 from claw_train.judging import turn_record
-from claw_train.policy.base import Completion, PolicyError, SamplingParams
+from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
 from claw_train.records import TurnRecord
 from claw_train.rollout import EpisodeAgent, TokenTranscript
 from claw_train.serve.schema import ApiError, ChatRequest
@@ -67,6 +73,7 @@ class LiveSessions:
         self.live = resolve(pipeline.spec.live)()
         self.sessions: dict[str, Session] = {}
         self.ready = asyncio.Event()
+        self._longest_token: int | None = None
 
     def start(self) -> list[asyncio.Task]:
         """The idle-session closer; marks the server ready."""
@@ -79,8 +86,11 @@ class LiveSessions:
         """The policy backend itself (serving does not retry: a failure is a 503 to the client)."""
         return self.p.policy.inner
 
-    async def chat(self, req: ChatRequest, session_id: str | None, turn_type: str) -> tuple[Completion, int]:
-        """Serve one request; returns the completion and its prompt length in tokens."""
+    async def chat(
+        self, req: ChatRequest, session_id: str | None, turn_type: str, on_text: OnText | None = None
+    ) -> tuple[Completion, int]:
+        """Serve one request; returns the completion and its prompt length in tokens. ``on_text`` (streaming) gets
+        the reply's text piece by piece while it is generated."""
         if self.p.closed.is_set():
             raise ApiError(503, "the server is shutting down", kind="service_unavailable")
         await self.p.served.wait()
@@ -88,14 +98,14 @@ class LiveSessions:
         if turn_type == "side" or session_id is None:
             kind = "side" if turn_type == "side" else "one_off"
             self.p.stats.add(f"{kind}_turns")
-            return await self._one_off(req, session_id, kind)
+            return await self._one_off(req, session_id, kind, on_text)
         session = self.sessions.get(session_id)
         if session is None:
             session = self.sessions[session_id] = Session(session_id)
         async with session.lock:  # main turns of one session, one at a time
             session.last_seen = time.monotonic()
             try:
-                return await self._main_turn(session, req)
+                return await self._main_turn(session, req, on_text)
             finally:
                 session.last_seen = time.monotonic()
 
@@ -113,7 +123,8 @@ class LiveSessions:
             stop=req.stop,
         )
 
-    async def _main_turn(self, session: Session, req: ChatRequest) -> tuple[Completion, int]:
+    async def _main_turn(self, session: Session, req: ChatRequest, on_text: OnText | None) -> tuple[Completion, int]:
+        self._check_chars(req)
         agent = session.agent
         if (
             agent is not None
@@ -122,43 +133,55 @@ class LiveSessions:
             and agent.transcript.tools == req.tools
             and continues(agent.transcript.messages, req.messages)
         ):
-            before = agent.transcript.messages
-            new = req.messages[len(before) :]
-            ns = self.live.next_state(new, before[:-1], before[-1]["content"], len(agent.turns) + 1)
             try:
-                agent.observe(0.0, {"messages": req.messages, "next_state": ns})
-            except PolicyError as err:
+                await asyncio.to_thread(self._continue, agent, req.messages)
+            except ApiError:
                 self._end(session)
-                raise ApiError(400, f"cannot render these messages with the model's chat template: {err}") from None
+                raise
             self._flush(session)
         else:
             self._end(session)
             agent = EpisodeAgent(self.serving, self.p.sampling, group_id=session.id)
-            try:
-                agent.transcript = TokenTranscript(agent.tokenizer, req.messages, req.tools)
-            except PolicyError as err:
-                raise ApiError(400, f"cannot render these messages with the model's chat template: {err}") from None
+            agent.transcript = await asyncio.to_thread(
+                _rendered, TokenTranscript, agent.tokenizer, req.messages, req.tools
+            )
             agent.task_id = session.id
             session.agent, session.emitted = agent, 0
         prompt_tokens = len(agent.transcript.ids)
         self._check_length(prompt_tokens)
         agent.sampling = self.sampling(req, trained=self.p.train)
+        if on_text is not None:
+            agent.policy = _Streaming(self.serving, on_text)
         try:
             await self._generate(agent(None, {"messages": req.messages}))
         except ApiError:
             session.agent = None  # the transcript holds a turn the client never got: start afresh next time
             raise
+        finally:
+            agent.policy = self.serving
         return agent.last, prompt_tokens
 
-    async def _one_off(self, req: ChatRequest, session_id: str | None, kind: str) -> tuple[Completion, int]:
+    def _continue(self, agent: EpisodeAgent, messages: list[dict[str, Any]]) -> None:
+        """Record the new messages as the pending turn's next state (a worker thread: templates and tokenising)."""
+        before = agent.transcript.messages  # type: ignore[union-attr]
+        new = messages[len(before) :]
+        try:
+            ns = self.live.next_state(new, before[:-1], before[-1]["content"], len(agent.turns) + 1)
+        except Exception as err:
+            raise ApiError(400, f"cannot read these messages as a reply: {type(err).__name__}: {err}") from None
+        _rendered(agent.observe, 0.0, {"messages": messages, "next_state": ns})
+
+    async def _one_off(
+        self, req: ChatRequest, session_id: str | None, kind: str, on_text: OnText | None
+    ) -> tuple[Completion, int]:
         from claw_train.policy.inprocess import render_prompt
 
-        try:
-            ids = render_prompt(self.serving.tokenizer, req.messages, tools=req.tools)
-        except PolicyError as err:
-            raise ApiError(400, f"cannot render these messages with the model's chat template: {err}") from None
+        self._check_chars(req)
+        ids = await asyncio.to_thread(_rendered, render_prompt, self.serving.tokenizer, req.messages, tools=req.tools)
         self._check_length(len(ids))
-        completion = await self._generate(self.serving.generate(ids, self.sampling(req, trained=False)))
+        sampling = self.sampling(req, trained=False)
+        policy = self.serving if on_text is None else _Streaming(self.serving, on_text)
+        completion = await self._generate(policy.generate(ids, sampling))
         self.p.log.write(
             completion.policy_version,
             {
@@ -177,6 +200,22 @@ class LiveSessions:
         limit = getattr(self.serving, "max_positions", None)
         if limit is not None and n >= limit:
             raise ApiError(400, f"the prompt has {n} tokens; the model's context is {limit}", param="messages")
+
+    def _check_chars(self, req: ChatRequest) -> None:
+        """Refuse, before tokenising, a prompt that cannot fit: no token is longer than the vocabulary's longest
+        entry, so ``chars > context × longest`` proves more tokens than the context holds."""
+        limit = getattr(self.serving, "max_positions", None)
+        if limit is None:
+            return
+        if self._longest_token is None:
+            vocab = getattr(self.serving.tokenizer, "get_vocab", dict)()
+            self._longest_token = max((len(t) for t in vocab), default=0) or -1
+        if self._longest_token <= 0:
+            return
+        chars = sum(len(m["content"]) for m in req.messages)
+        if chars > limit * self._longest_token:
+            message = f"the prompt has {chars} characters: more tokens than the model's context ({limit})"
+            raise ApiError(400, message, param="messages")
 
     async def _generate(self, call: Any) -> Any:
         timeout = self.cfg.request_timeout
@@ -237,3 +276,47 @@ class LiveSessions:
         snap["sessions"] = len(self.sessions)
         snap["training"] = self.p.train
         return snap
+
+
+OnText = Callable[[str], None]
+
+
+def _rendered(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, whose failure to render the request's messages (a chat template raises anything a
+    template can) is the client's 400."""
+    try:
+        return fn(*args, **kwargs)
+    except ApiError:
+        raise
+    except Exception as err:
+        raise ApiError(
+            400,
+            f"cannot render these messages with the model's chat template: {type(err).__name__}: {err}",
+            param="messages",
+        ) from None
+
+
+class _Streaming(Policy):
+    """``inner`` for one request whose text goes to ``on_text`` as it is generated; ``generate`` returns the same
+    token-exact completion (a rollout records it as ever)."""
+
+    def __init__(self, inner: Policy, on_text: OnText):
+        self.inner, self.on_text = inner, on_text
+        self.tokenizer = getattr(inner, "tokenizer", None)
+
+    @property
+    def version(self) -> int:  # type: ignore[override]
+        return self.inner.version
+
+    async def generate(
+        self,
+        prompt: Sequence[Any],
+        sampling: SamplingParams,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Completion:
+        async for item in self.inner.stream(prompt, sampling, tools=tools):
+            if isinstance(item, Completion):
+                return item
+            self.on_text(item)
+        raise PolicyError("the policy's stream ended without a completion")
