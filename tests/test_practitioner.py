@@ -108,3 +108,34 @@ def test_readme_quickstart_own_data_and_saved_model_run_as_written(echo_model, t
             argv += fast
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=580, env=env, cwd=tmp_path)
         assert proc.returncode == 0, line + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the terminal sandbox needs bubblewrap")
+def test_terminal_trains_on_a_task_file_of_your_own(tmp_path):
+    from claw_train.tiny import bootstrap
+
+    rows = [
+        {"id": f"mine-{i}", "instruction": f"Create a file named out{i}.txt that contains the word ok{i}.",
+         "check": f"grep -qx ok{i} out{i}.txt", "solution": [f"echo ok{i} > out{i}.txt"]}
+        for i in range(6)
+    ]  # fmt: skip
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = str(bootstrap("terminal", steps=2, progress=False))
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [str(BIN / "claw-train"), "--env", "terminal", "--tasks", str(tmp_path / "tasks.jsonl"), "--model", model,
+         "--updates", "1", "--samples-per-step", "4", "--report-to", "none", "--output-dir", str(out)],
+        capture_output=True, text=True, timeout=580, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from claw_train.logs import read_logs
+
+    tasks = {r["task"] for r in read_logs(out / "logs") if r["kind"] == "turn"}
+    assert tasks and tasks <= {r["id"] for r in rows}  # rollouts drew from the given tasks only
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "instruction": "do it"}) + "\n")
+    proc = subprocess.run(
+        [str(BIN / "claw-train"), "--env", "terminal", "--tasks", str(bad), "--output-dir", str(tmp_path / "b")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "missing the required field 'check'" in proc.stdout + proc.stderr

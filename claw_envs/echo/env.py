@@ -5,12 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from claw_envs.core import ClawEnv, Evaluative, NextState, Opening, Transition
-from claw_envs.tasks import Task, TaskList, TaskSource
+from claw_envs.tasks import Task, TaskList, TaskSource, load_jsonl
 
 PHRASES = {
     "train": ["hello world", "the cat sat", "green tea, no sugar", "42 is the answer", "a b c", "see you soon"],
     "test": ["blue sky at noon", "three small boats", "keep it short"],
 }
+
+
+def load_tasks(path: str, *, split: str = "test") -> TaskList:
+    """Your own phrases: a JSONL file with a ``phrase`` field per line (``--tasks phrases.jsonl``)."""
+    tasks = load_jsonl(path, split=split)
+    for task in tasks:
+        if not isinstance(task.data.get("phrase"), str) or not task.data["phrase"].strip():
+            raise ValueError(f"{path}: task {task.id!r} needs a non-empty 'phrase' string")
+    return tasks
 
 
 class EchoEnv(ClawEnv):
