@@ -53,6 +53,8 @@ from claw_train.serve.sessions import LiveSessions
 
 API_KEY_ENV = "CLAW_API_KEY"
 DEFAULT_MAX_BODY = 4 << 20
+DRAIN_LIMIT = 64 << 20
+"""A refused body declared up to this size is read to its end and dropped; a larger one closes the connection."""
 
 
 def api_key(serving: ServingConfig) -> str:
@@ -139,21 +141,18 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
             )
 
     async def read_body(request: Request) -> bytes:
-        """The body, refused (413) from its declared length or as soon as the bytes read pass ``max_body``."""
-        too_big = ApiError(
-            413,
-            f"the request body is over the {max_body}-byte limit",
-            code="request_too_large",
-            headers={"Connection": "close"},  # the rest of the body is not read: this connection is done
-        )
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > max_body:
-            raise too_big
+        """The body, refused (413) from its declared length or as soon as the bytes read pass ``max_body``. The rest
+        of a declared body up to :data:`DRAIN_LIMIT` is discarded unread (so the client, still sending, reads its
+        413); past that, or chunked, the connection is closed instead."""
+        declared = request.headers.get("content-length", "").strip()
+        size = int(declared) if declared.isdigit() else None
+        if size is not None and size > max_body:
+            raise _too_big(max_body, close=size > DRAIN_LIMIT)
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > max_body:
-                raise too_big
+                raise _too_big(max_body, close=True)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -229,6 +228,15 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
 
     app.openapi = schema  # type: ignore[method-assign]
     return app
+
+
+def _too_big(limit: int, *, close: bool) -> ApiError:
+    return ApiError(
+        413,
+        f"the request body is over the {limit}-byte limit",
+        code="request_too_large",
+        headers={"Connection": "close"} if close else None,
+    )
 
 
 _BODY_REF = "#/components/schemas/ChatCompletionBody"
