@@ -72,6 +72,8 @@ class FamilySpec:
     """Defaults for ``claw-train``."""
     bootstrap: Bootstrap = "demonstrations"
     """How ``--model tiny`` starts: trained briefly on the env's ``demonstrations()``, or ``none`` (untrained)."""
+    bootstrap_steps: int | None = None
+    """Optimizer steps of that bootstrap (None: the tiny model's default, 500); long demonstrations want fewer."""
     tokenizer_corpus: bool = False
     """Whether the env's demonstrations also feed the tiny tokenizer's corpus (built-in families only)."""
     load_tasks: str | None = None
@@ -98,6 +100,8 @@ class FamilySpec:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or ":" not in value):
                 raise SpecError(f"FamilySpec.{name} must be an import string 'module:attribute', got {value!r}")
+        if self.bootstrap_steps is not None and self.bootstrap_steps < 1:
+            raise SpecError(f"FamilySpec.bootstrap_steps must be at least 1, got {self.bootstrap_steps}")
         if self.track == "agent" and self.live is not None:
             raise SpecError("FamilySpec.live is for the personal track (claw-serve sessions)")
 

@@ -35,7 +35,7 @@ def resolve_model(
         spec = claw_envs.family_spec(family)
         if spec.bootstrap == "demonstrations":
             try:
-                return str(bootstrap(spec.env_id, progress=progress))
+                return str(bootstrap(spec.env_id, steps=spec.bootstrap_steps, progress=progress))
             except NoDemonstrations:
                 pass
         say(f"note: the {spec.name!r} family has no demonstrations; the tiny model starts untrained on it")
