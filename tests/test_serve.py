@@ -61,20 +61,22 @@ class SwitchableJudge:
 
 
 class Server:
-    """``serve()`` in a thread with its own event loop."""
+    """``serve()`` in a thread with its own event loop; requests carry the server's API key when it has one."""
 
     def __init__(self, cfg: ServeArgs, **kwargs: Any):
         self.cfg = cfg
+        self.key = cfg.serving.api_key or None
         self.started = threading.Event()
         self.result: Any = None
+        self.url = ""
         self.thread = threading.Thread(target=self._main, args=(kwargs,), daemon=True)
         self.thread.start()
         assert self.started.wait(120), "the server did not start"
         assert self.url, f"the server stopped at start: {self.result}"
+        self.root = self.url[:-3]
+        self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
 
     def _main(self, kwargs: dict[str, Any]) -> None:
-        self.url = ""
-
         def ready(url: str, pipeline: Any) -> None:
             self.url, self.pipeline, self.loop = url, pipeline, asyncio.get_running_loop()
             self.started.set()
@@ -84,18 +86,24 @@ class Server:
         finally:
             self.started.set()
 
-    def client(self, session: str | None = None, **kwargs: Any) -> Any:
-        headers = {"X-Session-Id": session} if session else {}
-        return openai.OpenAI(base_url=self.url, api_key="x", default_headers=headers, max_retries=0, **kwargs)
+    def _auth(self, key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def post(self, body: Any, headers: dict[str, str] | None = None, **kwargs: Any) -> httpx.Response:
+    def client(self, session: str | None = None, *, key: str | None = "", **kwargs: Any) -> Any:
+        """An ``openai`` client (``key=""``: the server's own key; None: no key)."""
+        headers = {"X-Session-Id": session} if session else {}
+        key = self.key if key == "" else key
+        kwargs.setdefault("timeout", 60)
+        return openai.OpenAI(base_url=self.url, api_key=key or "x", default_headers=headers, max_retries=0, **kwargs)
+
+    def post(self, body: Any, headers: dict[str, Any] | None = None, *, key: str | None = "", **kwargs: Any):
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        hdrs = {"Content-Type": "application/json", **(headers or {})}
+        hdrs = {"Content-Type": "application/json", **self._auth(self.key if key == "" else key), **(headers or {})}
         kwargs.setdefault("timeout", 60)
         return httpx.post(f"{self.url}/chat/completions", content=content, headers=hdrs, **kwargs)
 
     def metrics(self) -> dict[str, Any]:
-        return httpx.get(f"{self.url[:-3]}/metrics", timeout=10).json()
+        return httpx.get(f"{self.root}/metrics", headers=self._auth(self.key), timeout=10).json()
 
     def logs(self) -> list[dict[str, Any]]:
         self.pipeline.log.flush()
@@ -106,7 +114,7 @@ class Server:
         self.thread.join(120)
 
 
-def wait_for(check: Any, timeout: float = 60.0, what: str = "condition") -> Any:
+def wait_for(check: Any, timeout: float = 90.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
@@ -143,7 +151,7 @@ def turns_of(srv: Server, session: str) -> list[dict[str, Any]]:
     return sorted((r for r in srv.logs() if r["kind"] == "turn" and r["group"] == session), key=lambda r: r["step"])
 
 
-def converse(client: Any, replies: list[str], first: str = "What is 7 * 6?") -> list[Any]:
+def converse(client: Any, replies: list[str], first: str = "What is 7 * 6?", **create: Any) -> list[Any]:
     """A main-line conversation: the user's first message, then each of ``replies`` after the assistant's turn."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
     out = []
@@ -151,7 +159,7 @@ def converse(client: Any, replies: list[str], first: str = "What is 7 * 6?") -> 
         if reply is not None:
             messages += [{"role": "assistant", "content": out[-1].choices[0].message.content}]
             messages += [{"role": "user", "content": reply}]
-        out.append(client.chat.completions.create(model="tiny", messages=messages))
+        out.append(client.chat.completions.create(model="tiny", messages=messages, **create))
     return out
 
 

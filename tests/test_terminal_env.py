@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,25 +12,14 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
+from test_sandbox import needs_bwrap
 
 import claw_envs
-from claw_envs.sandbox import LocalSandbox
 from claw_envs.terminal import TerminalEnv
 from claw_envs.terminal.actions import fenced_text, read_turn, tool_call_text
 from claw_envs.terminal.tasks import BUILTIN, builtin_tasks, load_tasks
 
-
-def _bwrap_works() -> bool:
-    if shutil.which("bwrap") is None:
-        return False
-    try:
-        with LocalSandbox(isolation="bwrap"):
-            return True
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _bwrap_works(), reason="bubblewrap is not installed or cannot create namespaces")
+pytestmark = needs_bwrap
 
 BASH = tool_call_text
 

@@ -10,12 +10,11 @@ over 128 KiB could not be launched and was masked as ``sandbox_failure``.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import pytest
+from test_sandbox import needs_bwrap
 
-from claw_envs.sandbox import LocalSandbox
 from claw_envs.terminal import TerminalEnv
 from claw_envs.terminal.actions import MAX_COMMAND_BYTES, fenced_text, read_turn
 from claw_envs.terminal.actions import tool_call_text as bash
@@ -31,19 +30,6 @@ from claw_envs.toolcall.actions import (
 from claw_envs.toolcall.env import tool_call_text as py
 from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, exact_value, grade_answer, grade_response
 from claw_envs.toolcall.tools import PYTHON
-
-
-def _bwrap_works() -> bool:
-    if shutil.which("bwrap") is None:
-        return False
-    try:
-        with LocalSandbox(isolation="bwrap"):
-            return True
-    except Exception:
-        return False
-
-
-needs_bwrap = pytest.mark.skipif(not _bwrap_works(), reason="bubblewrap is not installed or cannot create namespaces")
 
 
 @pytest.fixture

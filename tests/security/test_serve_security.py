@@ -37,9 +37,9 @@ pytest.importorskip("trl")
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
+from test_serve import Server, converse, wait_for  # noqa: E402
 
 from claw_train.config import ServeArgs, build  # noqa: E402
-from claw_train.logs import read_logs  # noqa: E402
 from claw_train.pipeline import RunError  # noqa: E402
 from claw_train.serve import serve  # noqa: E402
 from claw_train.serve.server import check_bind, is_loopback  # noqa: E402
@@ -56,52 +56,6 @@ def model_path() -> str:
     from claw_train.tiny import bootstrap
 
     return str(bootstrap("conversation", steps=2, progress=False))
-
-
-class Server:
-    """``serve()`` in a thread with its own event loop, on 127.0.0.1 and a free port."""
-
-    def __init__(self, cfg: ServeArgs, **kwargs: Any):
-        self.cfg = cfg
-        self.started = threading.Event()
-        self.result: Any = None
-        self.url = ""
-        self.thread = threading.Thread(target=self._main, args=(kwargs,), daemon=True)
-        self.thread.start()
-        assert self.started.wait(120), "the server did not start"
-        assert self.url, f"the server stopped at start: {self.result}"
-        self.root = self.url[:-3]
-        self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
-
-    def _main(self, kwargs: dict[str, Any]) -> None:
-        def ready(url: str, pipeline: Any) -> None:
-            self.url, self.pipeline, self.loop = url, pipeline, asyncio.get_running_loop()
-            self.started.set()
-
-        try:
-            self.result = asyncio.run(serve(self.cfg, on_ready=ready, **kwargs))
-        finally:
-            self.started.set()
-
-    def client(self, key: str | None = KEY, session: str | None = None) -> Any:
-        headers = {"X-Session-Id": session} if session else {}
-        return openai.OpenAI(base_url=self.url, api_key=key or "", default_headers=headers, max_retries=0, timeout=60)
-
-    def post(self, body: Any, headers: dict[str, Any] | None = None, key: str | None = KEY) -> httpx.Response:
-        content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        hdrs = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-        return httpx.post(f"{self.url}/chat/completions", content=content, headers=hdrs | (headers or {}), timeout=60)
-
-    def metrics(self) -> dict[str, Any]:
-        return httpx.get(f"{self.root}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()
-
-    def logs(self) -> list[dict[str, Any]]:
-        self.pipeline.log.flush()
-        return read_logs(self.cfg.run.output_dir / "logs")
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.pipeline.request_stop, "interrupted", "test over")
-        self.thread.join(120)
 
 
 def make_server(model_path: str, out: Path, **options: Any) -> Server:
@@ -132,27 +86,6 @@ def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
     return error
 
 
-def converse(client: Any, replies: list[str], first: str = "What is 7 * 6?") -> list[Any]:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
-    out = []
-    for reply in [None, *replies]:
-        if reply is not None:
-            messages += [{"role": "assistant", "content": out[-1].choices[0].message.content}]
-            messages += [{"role": "user", "content": reply}]
-        out.append(client.chat.completions.create(model="tiny", messages=messages, max_tokens=8))
-    return out
-
-
-def wait_for(check: Any, timeout: float = 90.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # -- the API key --------------------------------------------------------------------------------------
 
 
@@ -162,7 +95,7 @@ def test_without_the_key_nothing_is_served_logged_or_trained(server):
     for key in bad_keys:  # the real client, a whole learnable conversation each time
         for session in (f"anon-{uuid.uuid4().hex[:6]}", None):
             with pytest.raises(openai.AuthenticationError) as err:
-                converse(server.client(key, session), ["thanks, perfect!", "Shorter, please."])
+                converse(server.client(session, key=key), ["thanks, perfect!", "Shorter, please."], max_tokens=8)
             assert err.value.status_code == 401
     msgs = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
     for auth in ("", f"Basic {KEY}", f"Bearer{KEY}", "Bearer é".encode("latin-1"), f"bearer  {KEY}x", KEY):
@@ -177,7 +110,8 @@ def test_without_the_key_nothing_is_served_logged_or_trained(server):
     assert after["updates"] == 0 and after["version"] == 0
     assert not [r for r in server.logs() if r["kind"] in ("turn", "one_off", "side")]
     # the right key serves and trains: the refusals above were the key's doing
-    out = converse(server.client(KEY, "owner"), ["thanks, that is perfect!", "Don't use bold. Write it shorter."])
+    replies = ["thanks, that is perfect!", "Don't use bold. Write it shorter."]
+    out = converse(server.client("owner"), replies, max_tokens=8)
     assert len(out) == 3
     wait_for(lambda: server.metrics()["updates"] >= 1, what="a trainer step from the key holder's turns")
     assert KEY not in (server.cfg.run.output_dir / "run.json").read_text()
@@ -512,7 +446,7 @@ def test_odd_but_valid_input_is_served(server):
 
 
 def test_streaming_is_token_by_token_and_matches_the_plain_reply(server):
-    client = server.client(KEY)
+    client = server.client()
     msgs = [{"role": "user", "content": "Tell me about cats."}]
     for seed in range(20):
         for _ in range(5):  # weights may swap between the two requests (the trainer runs): compare one version
@@ -540,7 +474,7 @@ def test_streaming_is_token_by_token_and_matches_the_plain_reply(server):
 
 def test_a_streamed_main_turn_records_the_streamed_text(server):
     session = f"stream-{uuid.uuid4().hex[:6]}"
-    client = server.client(KEY, session)
+    client = server.client(session)
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "What is 2 + 2?"}]
     chunks = list(client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, stream=True))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -558,9 +492,7 @@ def test_a_streamed_main_turn_records_the_streamed_text(server):
 def test_stream_with_tools_and_errors_keep_the_shape(server):
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     chunks = list(
-        server.client(KEY).chat.completions.create(
-            model="tiny", messages=HI, max_tokens=6, stream=True, tools=[weather]
-        )
+        server.client().chat.completions.create(model="tiny", messages=HI, max_tokens=6, stream=True, tools=[weather])
     )
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices[0].finish_reason
     r = server.post({"messages": HI, "stream": True, "top_p": 1e-300})  # invalid: a JSON 400, not an event stream
