@@ -118,6 +118,17 @@ class ProceduralTasks(TaskSource):
         return f"{len(self)} (procedural)"
 
 
+def json_object(line: str, where: str) -> dict[str, Any]:
+    """One JSONL line as an object; ``ValueError`` naming ``where`` (``file:line``) otherwise."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not JSON ({err.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object")
+    return row
+
+
 def load_jsonl(
     path: str | Path,
     *,
@@ -136,12 +147,7 @@ def load_jsonl(
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object")
+            row = json_object(line, f"{path}:{lineno}")
             tasks.append(_task_from_row(row, lineno - 1, split, id_field, mapping, prefix or path.stem))
     return TaskList(tasks, split=split)
 

@@ -372,25 +372,31 @@ def test_help_explains_headers():
         assert text in out.stdout
 
 
-def _free_port() -> int:
+def launch_cli(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """Start ``claw-serve`` and read its output until it says where it serves; returns it and that output."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "claw-serve: serving" in line:
+            break
+    return proc, "".join(lines)
+
+
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def test_cli_serves_learns_and_checkpoints_on_ctrl_c(model_path, tmp_path):
-    port, out = _free_port(), tmp_path / "run"
+    port, out = free_port(), tmp_path / "run"
     argv = [CLAW_SERVE, "--model", model_path, "--port", str(port), "--output-dir", str(out)]
     argv += ["--samples-per-step", "2", "--max-new-tokens", "8", "--checkpoint-every", "100"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc, started = launch_cli(argv, env)
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "claw-serve: serving" in line:
-                break
-        assert f"http://127.0.0.1:{port}/v1" in "".join(lines), "".join(lines)
+        assert f"http://127.0.0.1:{port}/v1" in started, started
         client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{port}/v1", api_key="x", default_headers={"X-Session-Id": "a"}
         )

@@ -12,14 +12,13 @@ line: ``{"id": "<problem id>", "response": "<text>"}`` (lines may repeat an id, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from claw_envs.evaluation import Evaluation, step_infos
 from claw_envs.pool import EpisodeResult
-from claw_envs.tasks import TaskSource
+from claw_envs.tasks import TaskSource, json_object
 from claw_envs.toolcall.actions import last_boxed, strip_tool_calls
 from claw_envs.toolcall.signals import grade_response
 
@@ -83,12 +82,7 @@ class AnswerEvaluation(Evaluation):
 
 
 def _read_line(line: str, where: str) -> tuple[str, list[str]]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not JSON ({err.msg})") from None
-    if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected a JSON object")
+    row = json_object(line, where)
     pid = next((row[key] for key in ID_KEYS if key in row), None)
     if pid is None:
         raise ValueError(f"{where}: no problem id (one of {', '.join(ID_KEYS)})")

@@ -37,7 +37,7 @@ pytest.importorskip("trl")
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
-from test_serve import Server, converse, wait_for  # noqa: E402
+from test_serve import Server, converse, free_port, launch_cli, wait_for  # noqa: E402
 
 from claw_train.config import ServeArgs, build  # noqa: E402
 from claw_train.pipeline import RunError  # noqa: E402
@@ -137,21 +137,12 @@ def test_a_non_loopback_bind_needs_a_key(model_path, tmp_path):
     with pytest.raises(RunError, match="without an API key"):  # the library refuses too
         asyncio.run(serve(build(ServeArgs, command="serve", env="conversation", host="0.0.0.0", port=0)))
     # with CLAW_API_KEY it listens beyond loopback, for key holders only
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     argv = [CLAW_SERVE, "--model", model_path, "--host", "0.0.0.0", "--port", str(port), "--no-train"]
     argv += ["--output-dir", str(tmp_path / "open"), "--max-new-tokens", "4"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env | {"CLAW_API_KEY": KEY}
-    )
+    proc, started = launch_cli(argv, env | {"CLAW_API_KEY": KEY})
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "claw-serve: serving" in line:
-                break
-        assert f"http://0.0.0.0:{port}/v1" in "".join(lines), "".join(lines)
+        assert f"http://0.0.0.0:{port}/v1" in started, started
         url = f"http://127.0.0.1:{port}/v1"
         msgs = [{"role": "user", "content": "hi"}]
         with pytest.raises(openai.AuthenticationError):
@@ -168,7 +159,7 @@ def test_a_non_loopback_bind_needs_a_key(model_path, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, rest
-    assert KEY not in "".join(lines) + rest and KEY not in (tmp_path / "open" / "run.json").read_text()
+    assert KEY not in started + rest and KEY not in (tmp_path / "open" / "run.json").read_text()
 
 
 # -- the request body limit -------------------------------------------------------------------------------
