@@ -29,6 +29,7 @@ from claw_train.policy.base import Policy, PolicyError, SamplingParams
 from claw_train.policy.guarded import GuardedPolicy, PolicyDown
 from claw_train.records import TrainSample
 
+GENERATION_FAILURE_STREAK = 32  # episodes in a row whose generation failed (the probe answering): stop
 ENV_FAILURE_STREAK = 8  # episodes in a row that fail before any succeeded: the env is broken, stop
 
 
@@ -123,6 +124,7 @@ class Pipeline:
         self.tasks: Any = None
         self._env_failures = 0
         self._env_ok = False
+        self.generation_failures = 0  # episodes in a row whose generation failed
 
     # -- public -----------------------------------------------------------------------------
 
@@ -169,7 +171,8 @@ class Pipeline:
             if self.train:
                 self.trainer_thread.start(resume_from, trainer_done)
             else:
-                self.closed_future(trainer_done)
+                waiter = asyncio.ensure_future(self.closed.wait())  # serving only: done when closed
+                waiter.add_done_callback(lambda _: trainer_done.done() or trainer_done.set_result(("stopped",) * 2))
             tasks += self._start_workers()
             watch = asyncio.ensure_future(_first_failure(tasks))
             done, _ = await asyncio.wait({trainer_done, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -205,11 +208,6 @@ class Pipeline:
         )
         write_summary(self, result)
         return result
-
-    def closed_future(self, done: asyncio.Future[tuple[str, str]]) -> None:
-        """Resolve ``done`` when the run is closed (no trainer: serving only)."""
-        waiter = asyncio.ensure_future(self.closed.wait())
-        waiter.add_done_callback(lambda _: done.done() or done.set_result(("stopped", "stopped")))
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -399,6 +397,14 @@ class Pipeline:
         self._env_failures += 1
         if not self._env_ok and self._env_failures >= ENV_FAILURE_STREAK:
             self.request_stop("error", f"the env failed on each of the first {self._env_failures} episodes: {error}")
+
+    def note_generation_error(self, err: Exception) -> None:
+        """A generation failed though the policy answered its health probe; many in a row stop the run."""
+        self.stats.add("generation_errors")
+        self.generation_failures += 1
+        if self.generation_failures >= GENERATION_FAILURE_STREAK:
+            failed = f"the policy failed {self.generation_failures} episodes in a row (its health probe answered)"
+            self.request_stop("policy_failed", f"{failed}: {err}")
 
     def note_env_success(self) -> None:
         self._env_ok = True

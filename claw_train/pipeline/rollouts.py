@@ -102,8 +102,9 @@ class EnvRollouts:
             if isinstance(agent.error, PolicyDown):
                 p.request_stop("policy_failed", str(agent.error))
             else:
-                p.stats.add("generation_errors")
+                p.note_generation_error(agent.error)
             return len(agent.turns)
+        p.generation_failures = 0
         if agent.pending:
             if len(result.infos) == len(result.actions) + 1:  # the reset info, then one per step
                 agent.observe(result.rewards[-1] if result.rewards else 0.0, result.infos[-1])
