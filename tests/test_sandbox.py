@@ -115,6 +115,21 @@ def test_runs_commands_in_the_workspace(sb):
 
 
 @needs_bwrap
+def test_the_workspace_can_sit_at_the_absolute_path_a_benchmark_expects():
+    with LocalSandbox(workspace="/testbed") as box:
+        box.write_file("/testbed/pkg/a.py", "x = 1\n")
+        res = box.run("pwd && cat /testbed/pkg/a.py && test ! -e /workspace")
+        assert (res.returncode, res.stdout) == (0, "/testbed\nx = 1\n")
+        assert box.run("echo made > /testbed/out").ok and box.read_file("out") == b"made\n"
+
+
+@pytest.mark.parametrize("path", ["testbed", "/", "/a/../b", "/usr/local/app", "/tmp", "/etc", "/home", "/proc/x"])
+def test_a_workspace_path_that_would_hide_the_system_is_refused(path):
+    with pytest.raises(ValueError, match="workspace"):
+        LocalSandbox(workspace=path)
+
+
+@needs_bwrap
 def test_files_round_trip_between_host_and_commands(sb):
     sb.write_file("data/in.txt", "héllo\n")
     sb.write_file("/workspace/data/raw.bin", bytes(range(256)))

@@ -121,7 +121,9 @@ class LocalSandbox(Sandbox):
     same path (or ``(host_path, inside_path)`` pairs). ``python`` is the interpreter to use inside;
     its prefixes and site-packages are bound read-only, so it imports the installed packages.
     ``disk_mb`` caps what the workspace, /tmp and home hold together; ``disk_capped`` says whether
-    the cap is in force (it needs root to mount).
+    the cap is in force (it needs root to mount). ``workspace`` is where the workspace appears inside under
+    bubblewrap (``/testbed``, ``/app``: the absolute paths benchmark tasks expect); without bubblewrap it is a
+    host folder and tasks must use relative paths.
 
     Every command's processes end with it: background jobs do not outlive the command.
     """
@@ -138,11 +140,13 @@ class LocalSandbox(Sandbox):
         network: bool = False,
         binds_ro: Iterable[str | tuple[str, str]] = (),
         isolation: Literal["auto", "bwrap", "rlimits"] = "auto",
+        workspace: str = INSIDE_WORKSPACE,
     ):
         if isolation not in ("auto", "bwrap", "rlimits"):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'rlimits', got {isolation!r}")
         if not isinstance(output_limit, int) or output_limit < 2:
             raise ValueError(f"output_limit must be an integer >= 2, got {output_limit!r}")
+        self._inside_workspace = _checked_workspace(workspace)
         self.limits = Limits(memory_mb, cpu_seconds, max_processes, max_file_mb, disk_mb=disk_mb)
         self.output_limit = output_limit
         self.network = bool(network)
@@ -176,8 +180,8 @@ class LocalSandbox(Sandbox):
 
         if reason is None:
             self.isolation = "bwrap"
-            self.workspace = INSIDE_WORKSPACE
-            self._areas = {INSIDE_WORKSPACE: "workspace", INSIDE_TMP: "tmp", INSIDE_HOME: "home"}
+            self.workspace = self._inside_workspace
+            self._areas = {self._inside_workspace: "workspace", INSIDE_TMP: "tmp", INSIDE_HOME: "home"}
         else:
             self.isolation = "rlimits-only"
             self.workspace = str(self._root / "workspace")
@@ -464,7 +468,7 @@ class LocalSandbox(Sandbox):
             args += ["--perms", "1777", "--size", str(self.limits.disk_mb << 20), "--tmpfs", "/dev/shm"]
         args += ["--bind", str(self._root / "tmp"), INSIDE_TMP]
         args += ["--bind", str(self._root / "home"), INSIDE_HOME]
-        args += ["--bind", str(self._root / "workspace"), INSIDE_WORKSPACE]
+        args += ["--bind", str(self._root / "workspace"), self._inside_workspace]
         args += ["--symlink", INSIDE_TMP, "/var/tmp"]
         for path in _interpreter_dirs():
             args += ["--ro-bind", self._reachable(path), path]
@@ -605,6 +609,16 @@ def _kill_marked(run_id: str) -> None:
                 continue
         if not found:
             return
+
+
+def _checked_workspace(path: str) -> str:
+    """``path`` if it can hold the workspace inside: absolute, normalised, and clear of the system, /tmp and home."""
+    taken = (*SYSTEM_DIRS, "/etc", "/proc", "/dev", "/sys", INSIDE_TMP, "/var", "/home", "/root", *_interpreter_dirs())
+    if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
+        raise ValueError(f"workspace must be an absolute, normalised folder such as /testbed, got {path!r}")
+    if _within(path, taken) or any(_within(system, (path,)) for system in taken):
+        raise ValueError(f"workspace {path!r} would overlap {', '.join(taken)}")
+    return path
 
 
 def _interpreter_dirs() -> list[str]:
