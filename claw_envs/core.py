@@ -152,7 +152,7 @@ class ClawEnv(gym.Env[Any, str]):
     Subclasses set ``default_max_turns`` and implement ``default_tasks``, ``_begin``
     and ``_act``; they may override ``_final_outcome`` (outcome when the turn limit truncates an
     episode), ``demonstrations`` (example data for bootstrapping a policy), ``reference_action``
-    (a good action for scripted agents) and ``aclose``.
+    (a good action for scripted agents), ``null_action`` (giving up, for task checks) and ``aclose``.
     """
 
     default_max_turns: ClassVar[int] = 8
@@ -205,6 +205,11 @@ class ClawEnv(gym.Env[Any, str]):
 
     def reference_action(self) -> str | None:
         """A good action for the current state when the family can compute one (scripted agents, demos)."""
+        return None
+
+    def null_action(self) -> str | None:
+        """An action that ends the episode without attempting the task (submit at once, an empty patch,
+        ``DONE``); ``claw-envs check`` requires that it does not solve any task. ``None``: the family has none."""
         return None
 
     async def aclose(self) -> None:

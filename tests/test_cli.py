@@ -18,6 +18,7 @@ COMMANDS = [
     ["claw-envs", "list"],
     ["claw-envs", "demo"],
     ["claw-envs", "judge"],
+    ["claw-envs", "check"],
 ]
 
 

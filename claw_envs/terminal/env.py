@@ -281,6 +281,10 @@ class TerminalEnv(ClawEnv):
             return tool_call_text(solution[self._commands])
         return "The task is done."
 
+    def null_action(self) -> str | None:
+        """Declare the task done without running anything."""
+        return "The task is done."
+
     def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
         """Solution turns on built-in training tasks: commands (tool calls or ```bash blocks) and final messages.
 

@@ -70,6 +70,73 @@ def demo(
 
 
 @app.command()
+def check(
+    env: Annotated[str, typer.Argument(help="Family name or env id, e.g. terminal or claw/SWE-v0.")],
+    tasks: Annotated[
+        str | None, typer.Option(help="Tasks to check instead of the built-in ones (file, folder, dataset).")
+    ] = None,
+    split: Annotated[str, typer.Option(help="train | test | all.")] = "all",
+    env_kwarg: Annotated[
+        list[str] | None, typer.Option("--env-kwarg", help="KEY=VALUE passed to the env (value read as YAML).")
+    ] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="Envs checking tasks at once.")] = 1,
+) -> None:
+    """Check every task: its oracle solution must solve it and doing nothing must not; exit 1 naming the
+    tasks that fail and why."""
+    import asyncio
+
+    import gymnasium as gym
+
+    import claw_envs
+    from claw_envs.check import TaskCheck, check_env
+    from claw_train.config import ConfigError, yaml_values
+    from claw_train.families import spec_for, tasks_for
+    from claw_train.progress import Progress
+
+    if split not in ("train", "test", "all"):
+        raise typer.BadParameter(f"{split!r} is not one of train, test, all", param_hint="--split")
+    pairs = [item.partition("=") for item in env_kwarg or []]
+    if any(not sep or not key for key, sep, _ in pairs):
+        raise typer.BadParameter("each --env-kwarg is KEY=VALUE", param_hint="--env-kwarg")
+    kwargs = yaml_values({key: value for key, _, value in pairs})
+    try:
+        spec = spec_for(env)
+        sources = [tasks_for(spec, tasks, name) for name in (("train", "test") if split == "all" else (split,))]
+    except ConfigError as err:
+        raise typer.BadParameter(str(err), param_hint="ENV/--tasks") from None
+    results: list[TaskCheck] = []
+
+    async def run_split(source: claw_envs.TaskSource, bar: Progress) -> None:
+        ids = [task.id for task in source]
+        envs = [gym.make(spec.env_id, tasks=source, split=source.split, **kwargs).unwrapped for _ in range(jobs)]
+
+        def done(result: TaskCheck) -> None:
+            results.append(result)
+            bar.advance(note=f"{sum(r.problem is not None for r in results)} failed")
+
+        try:
+            await asyncio.gather(*(check_env(e, ids[i::jobs], done) for i, e in enumerate(envs)))
+        finally:
+            for e in envs:
+                await e.aclose()
+
+    with Progress(f"checking {spec.name} tasks", sum(len(s) for s in sources)) as bar:
+        for source in sources:
+            asyncio.run(run_split(source, bar))
+    table = Table("task", "oracle", "null", "s", "verdict")
+    for r in results:
+        null = "—" if r.null is None else str(r.null.outcome)
+        verdict = "[green]ok[/green]" if r.problem is None else f"[red]{escape(r.problem[:300])}[/red]"
+        table.add_row(r.task_id, str(r.oracle.outcome), null, f"{r.seconds:.1f}", verdict)
+    console.print(table)
+    failed = [r for r in results if r.problem is not None]
+    console.print(f"{len(results) - len(failed)} of {len(results)} {spec.name} tasks pass the check.")
+    if failed:
+        console.print(f"[red]failing:[/red] {escape(', '.join(r.task_id for r in failed))}")
+        raise typer.Exit(1)
+
+
+@app.command()
 def judge(
     env: Annotated[str, typer.Option(help="Env id or short name, e.g. echo or claw/Echo-v0.")],
     backend: Annotated[str, typer.Option(help="rules | policy | openai://HOST:PORT[/v1]")] = "rules",

@@ -1,0 +1,97 @@
+"""Task checks (``claw-envs check``): every task must be solvable by its oracle and not by doing nothing.
+
+For each task two episodes run on the env itself, through the public contract: the **oracle** plays
+:meth:`~claw_envs.core.ClawEnv.reference_action` until the episode ends and must reach outcome 1.0 (solved);
+the **null** agent plays :meth:`~claw_envs.core.ClawEnv.null_action` (submit at once, an empty patch, ``DONE``)
+and must not. A task that fails either, or whose episode hits an infrastructure failure, is named with why —
+broken upstream tasks exist, and this is what catches them before they poison a training run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from claw_envs.core import ClawEnv, StepStatus
+
+SOLVED = 1.0
+Agent = Literal["oracle", "null"]
+
+
+@dataclass(frozen=True)
+class EpisodeCheck:
+    """One checked episode: its outcome, how many steps it took, and what went wrong (``None``: nothing)."""
+
+    outcome: float | None
+    steps: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    """The verdict on one task. ``problem`` is ``None`` when the task passes."""
+
+    task_id: str
+    oracle: EpisodeCheck
+    null: EpisodeCheck | None
+    seconds: float
+
+    @property
+    def problem(self) -> str | None:
+        if self.oracle.error:
+            return f"oracle: {self.oracle.error}"
+        if self.oracle.outcome is None or self.oracle.outcome < SOLVED:
+            return f"the oracle solution does not solve it (outcome {self.oracle.outcome})"
+        if self.null is None:
+            return None
+        if self.null.error:
+            return f"null agent: {self.null.error}"
+        if self.null.outcome is not None and self.null.outcome >= SOLVED:
+            return "doing nothing already solves it (the check cannot tell a solution from none)"
+        return None
+
+
+async def play(env: ClawEnv, task_id: str, agent: Agent, max_steps: int | None = None) -> EpisodeCheck:
+    """Run one episode of ``task_id`` with the oracle or the null agent; never raises for the task's faults."""
+    pick: Callable[[], str | None] = env.reference_action if agent == "oracle" else env.null_action
+    limit = max_steps or env.max_turns
+    try:
+        await env.areset(options={"task_id": task_id})
+    except Exception as err:  # a task the env cannot even start is the finding
+        return EpisodeCheck(None, 0, f"reset failed: {type(err).__name__}: {err}")
+    for step in range(1, limit + 1):
+        action = pick()
+        if action is None:
+            return EpisodeCheck(None, step - 1, f"no {agent} action at step {step}")
+        _, _, terminated, truncated, info = await env.astep(action)
+        ns = info["next_state"]
+        if info["status"] != StepStatus.OK.value:
+            return EpisodeCheck(None, step, ns.text)
+        if terminated or truncated:
+            return EpisodeCheck(ns.outcome, step)
+    return EpisodeCheck(None, limit, f"still running after {limit} steps")
+
+
+async def check_task(env: ClawEnv, task_id: str) -> TaskCheck:
+    """The oracle episode, then (when the env has a null action) the null episode of one task."""
+    started = time.monotonic()
+    oracle = await play(env, task_id, "oracle")
+    null = None
+    if not oracle.error and type(env).null_action is not ClawEnv.null_action:
+        null = await play(env, task_id, "null")
+    return TaskCheck(task_id, oracle, null, time.monotonic() - started)
+
+
+async def check_env(
+    env: ClawEnv, task_ids: Iterable[str], on_done: Callable[[TaskCheck], None] | None = None
+) -> list[TaskCheck]:
+    """:func:`check_task` for each id in turn (one env, so one sandbox or browser); ``on_done`` sees each verdict."""
+    results = []
+    for task_id in task_ids:
+        result = await check_task(env, task_id)
+        if on_done is not None:
+            on_done(result)
+        results.append(result)
+    return results
