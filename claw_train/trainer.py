@@ -29,6 +29,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from claw_train.config import ConfigError, TrainingConfig, yaml_values
+from claw_train.distributed import Ranks, world_size
 from claw_train.records import TrainSample
 
 # Per-model optimiser presets. The paper's Qwen3-4B run: lr 1e-5, weight decay 0.1, Adam β2 0.98.
@@ -96,13 +97,14 @@ class ClawConfig(GRPOConfig):
     def __post_init__(self) -> None:
         if self.method not in ("binary", "opd", "combined"):
             raise ValueError(f"method must be binary, opd or combined, not {self.method!r}")
-        if self.samples_per_step % self.per_device_train_batch_size:
+        ranks = world_size()  # samples_per_step is the whole step's, shared out across the launcher's processes
+        if self.samples_per_step % (self.per_device_train_batch_size * ranks):
             raise ValueError(
                 f"samples_per_step ({self.samples_per_step}) must be a multiple of per_device_train_batch_size "
-                f"({self.per_device_train_batch_size})"
+                f"({self.per_device_train_batch_size}) times the number of processes ({ranks})"
             )
         # one generation (= one pull from the queue) per optimizer step, split into micro-batches
-        self.gradient_accumulation_steps = self.samples_per_step // self.per_device_train_batch_size
+        self.gradient_accumulation_steps = self.samples_per_step // (self.per_device_train_batch_size * ranks)
         self.steps_per_generation = self.gradient_accumulation_steps
         if not torch.cuda.is_available():
             self.use_cpu = True
@@ -169,6 +171,7 @@ class ClawTrainer(GRPOTrainer):
         processing_class: Any,
         peft_config: Any = None,
         callbacks: list[TrainerCallback] | None = None,
+        ranks: Ranks | None = None,
     ):
         from datasets import Dataset
 
@@ -185,6 +188,7 @@ class ClawTrainer(GRPOTrainer):
         )
         self.remove_callback(PrinterCallback)  # the pipeline has its own display; metrics go to report_to
         self.source = source
+        self.ranks = ranks
         self.pad_token_id = int(self._tokenizer.pad_token_id)
         self.current_batch: list[TrainSample] = []
         self.current_dropped: list[TrainSample] = []
@@ -195,16 +199,43 @@ class ClawTrainer(GRPOTrainer):
     # -- sample production (the only thing replaced) -----------------------------------------
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        samples, stale, invalid = self._take(len(inputs))
+        n = len(inputs)  # this rank's share of the step
+        if self.ranks is None or self.ranks.main:
+            samples, stale, invalid = self._take_shared(n)
+        else:
+            samples, stale, invalid = self._receive(), [], []
         self.current_batch = samples
         self.current_dropped = stale + invalid
         with self._counter_lock:
             self.counters["stale_dropped"] += len(stale)
             self.counters["invalid_dropped"] += len(invalid)
             self.counters["trained"] += len(samples)
-        batch = collate(samples, self.pad_token_id, self.accelerator.device)
+        rank = self.ranks.rank if self.ranks is not None else 0
+        mine = samples[rank * n : (rank + 1) * n]
+        # the loss is normalised by the step's completion tokens on every rank, so N ranks make one process's update
+        tokens = sum(len(s.turn.completion_ids) for s in samples)
+        batch = collate(mine, self.pad_token_id, self.accelerator.device, tokens=tokens)
         self._record_batch_metrics(samples, len(stale), len(invalid))
         return batch
+
+    def _take_shared(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
+        """The step's samples for every rank (``n`` each), sent to the other ranks; a closed source closes them too."""
+        if self.ranks is None:
+            return self._take(n)
+        try:
+            taken = self._take(n * self.ranks.world_size)
+        except BaseException:
+            self.ranks.share(None)
+            raise
+        self.ranks.share(taken[0])
+        return taken
+
+    def _receive(self) -> list[TrainSample]:
+        """Another rank: the step's samples from rank 0 (:class:`FeedClosed` when rank 0 has stopped)."""
+        samples = self.ranks.share()
+        if samples is None:
+            raise FeedClosed("rank 0 stopped the run")
+        return samples
 
     def _take(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
         """Pull ``n`` fresh, well-formed samples; also return the stale and the malformed ones it dropped."""
@@ -266,8 +297,13 @@ def sample_problem(sample: TrainSample) -> str | None:
     return None
 
 
-def collate(samples: Sequence[TrainSample], pad_token_id: int, device: Any = "cpu") -> dict[str, Any]:
-    """TRL's batch: left-padded prompts, right-padded completions, ``(B, T)`` advantages and behaviour log-probs."""
+def collate(
+    samples: Sequence[TrainSample], pad_token_id: int, device: Any = "cpu", *, tokens: int | None = None
+) -> dict[str, Any]:
+    """TRL's batch: left-padded prompts, right-padded completions, ``(B, T)`` advantages and behaviour log-probs.
+
+    ``tokens``: the completion tokens the loss is normalised by (the whole step's, across ranks); default: these.
+    """
     b = len(samples)
     p = max(len(s.turn.prompt_ids) for s in samples)
     t = max(len(s.turn.completion_ids) for s in samples)
@@ -292,7 +328,7 @@ def collate(samples: Sequence[TrainSample], pad_token_id: int, device: Any = "cp
         "completion_mask": completion_mask,
         "advantages": advantages,
         "old_per_token_logps": old_logps,
-        "num_items_in_batch": completion_mask.sum(),
+        "num_items_in_batch": completion_mask.sum() if tokens is None else torch.tensor(tokens),
     }
     return {k: v.to(device) for k, v in batch.items()}
 
@@ -378,7 +414,7 @@ def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed:
         "prm_c": training.prm_c,
         "max_staleness": training.max_staleness,
         "samples_per_step": training.samples_per_step,
-        "per_device_train_batch_size": training.samples_per_step,
+        "per_device_train_batch_size": training.samples_per_step // world_size(),
         "temperature": temperature,
         "max_steps": training.updates,
         "save_steps": training.checkpoint_every,
@@ -388,6 +424,11 @@ def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed:
     if training.lr is not None:
         values["learning_rate"] = training.lr
     values |= yaml_values(training.trainer)
+    if training.samples_per_step % world_size():
+        raise ConfigError(
+            f"--samples-per-step {training.samples_per_step} cannot be shared out evenly "
+            f"across {world_size()} processes"
+        )
     try:
         return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
     except TypeError as err:
