@@ -198,6 +198,7 @@ class SampleMaker:
 def turn_record(
     turn: TurnRecord, judgement: Any, adv: list[float] | None, reason: str | None, sample_id: str | None
 ) -> dict[str, Any]:
+    """The log line of one judged turn: the action, its next state, the votes and hint, and the accept/mask decision."""
     ns = turn.next_state
     record: dict[str, Any] = {
         "kind": "turn",

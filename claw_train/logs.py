@@ -59,6 +59,7 @@ class VersionedLog:
         self._thread.start()
 
     def path(self, version: int) -> Path:
+        """The JSONL file of policy ``version``."""
         return self.root / f"v{version:05d}.jsonl"
 
     def write(self, version: int, record: dict[str, Any]) -> None:
@@ -72,6 +73,7 @@ class VersionedLog:
         done.wait(timeout)
 
     def close(self) -> None:
+        """Write what is queued and stop the writer thread."""
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(timeout=60)
@@ -144,6 +146,7 @@ class Ledger:
         self._append({"kind": "resume", "from_update": from_update, "attempt": attempt})
 
     def records(self) -> list[dict[str, Any]]:
+        """Every line of the ledger as written (no replay; see :meth:`effective`)."""
         if not self.path.exists():
             return []
         with self.path.open(encoding="utf-8") as fh:

@@ -28,15 +28,18 @@ class Stats:
         self.status = "starting"
 
     def add(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to the counter ``key``."""
         with self._lock:
             self.counts[key] += n
 
     def mask(self, reason: str) -> None:
+        """Count a turn masked (not trained on) for ``reason``."""
         with self._lock:
             self.masked[reason] += 1
             self.counts["masked"] += 1
 
     def score(self, value: float) -> None:
+        """Record one judge score."""
         with self._lock:
             self.scores.append(value)
             self.score_total[0] += value
@@ -67,6 +70,7 @@ class Stats:
             }
 
     def trained(self, n: int) -> None:
+        """Count ``n`` samples trained on."""
         with self._lock:
             self.trained_total += n
 
@@ -78,6 +82,7 @@ class Stats:
             return self.trained_total / max(1e-9, time.monotonic() - self.train_started)
 
     def snapshot(self) -> dict[str, Any]:
+        """The live display's view: status, counts, masking, recent mean score, hint rate, version, staleness."""
         with self._lock:
             judged = self.counts["judged"]
             return {

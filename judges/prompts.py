@@ -52,6 +52,7 @@ class TemplateSpec:
 
     @property
     def fields(self) -> tuple[str, ...]:
+        """Every field the template reads, required first."""
         return self.required + self.optional
 
 

@@ -85,6 +85,7 @@ class Servers:
         return decode(resp, f"{method} {url}{path}")
 
     async def aclose(self) -> None:
+        """Close the HTTP clients."""
         await self._client.aclose()
         self._sync.close()
 

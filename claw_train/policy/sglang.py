@@ -62,6 +62,7 @@ class SGLangPolicy(Policy):
 
     @property
     def urls(self) -> list[str]:
+        """The servers' base URLs, in round-robin order."""
         return list(self.servers.urls)
 
     # -- generation -------------------------------------------------------------------------

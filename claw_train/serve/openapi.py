@@ -17,16 +17,22 @@ class _Open(BaseModel):
 
 
 class TextPart(_Open):
+    """A text part of a message's content list."""
+
     type: Literal["text"]
     text: str
 
 
 class FunctionCall(_Open):
+    """The function an assistant's tool call names, with its arguments."""
+
     name: str
     arguments: str | dict[str, Any] = ""
 
 
 class ToolCall(_Open):
+    """One tool call of an assistant message."""
+
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
@@ -38,14 +44,20 @@ class _Said(_Open):
 
 
 class SystemMessage(_Said):
+    """A system (or developer) message."""
+
     role: Literal["system", "developer"]
 
 
 class UserMessage(_Said):
+    """A user message."""
+
     role: Literal["user"]
 
 
 class AssistantMessage(_Open):
+    """An earlier assistant reply: text, tool calls or both."""
+
     role: Literal["assistant"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -53,6 +65,8 @@ class AssistantMessage(_Open):
 
 
 class ToolMessage(_Said):
+    """A tool's result."""
+
     role: Literal["tool"]
     tool_call_id: str | None = None
 
@@ -62,17 +76,23 @@ Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage
 
 
 class FunctionDef(_Open):
+    """A function the model may call: name, description, JSON-schema parameters."""
+
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
 class Tool(_Open):
+    """One entry of the request's ``tools``."""
+
     type: Literal["function"] = "function"
     function: FunctionDef
 
 
 class StreamOptions(_Open):
+    """Streaming options (``include_usage``)."""
+
     include_usage: bool | None = None
 
 
@@ -98,6 +118,8 @@ class ChatCompletionBody(_Open):
 
 
 class ErrorDetail(BaseModel):
+    """What went wrong, and the parameter to blame where there is one."""
+
     message: str
     type: str
     param: str | None
@@ -111,18 +133,24 @@ class ErrorBody(BaseModel):
 
 
 class ReplyMessage(_Open):
+    """The assistant's reply in a choice."""
+
     role: Literal["assistant"]
     content: str | None
     tool_calls: list[dict[str, Any]] | None = None
 
 
 class Choice(_Open):
+    """The one choice of a completion, with why generation stopped."""
+
     index: int
     message: ReplyMessage
     finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 class Usage(_Open):
+    """Token counts of the request and its reply."""
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int

@@ -48,6 +48,7 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
+        """The OpenAI-style JSON error body."""
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 

@@ -110,6 +110,7 @@ class LiveSessions:
                 session.last_seen = time.monotonic()
 
     def sampling(self, req: ChatRequest, trained: bool) -> SamplingParams:
+        """Sampling for ``req``: a trained turn samples at the trainer's temperature; ``max_tokens`` is clamped."""
         cap = self.p.rollout.max_new_tokens
         tokens = min(req.max_tokens or cap, cap)
         temperature = self.p.rollout.temperature

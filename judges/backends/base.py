@@ -74,6 +74,7 @@ class JudgeBackend:
         return None
 
     async def complete(self, request: JudgeRequest) -> str:
+        """The judge model's raw text for ``request``; raises :class:`BackendError` when the backend fails."""
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -97,6 +98,7 @@ class CircuitBreaker:
 
     @property
     def is_open(self) -> bool:
+        """Whether calls are being refused now (open, and not yet due for a trial)."""
         return self.opened_at is not None and time.monotonic() - self.opened_at < self.reset_after
 
     def allow(self) -> bool:
@@ -109,6 +111,7 @@ class CircuitBreaker:
         return True
 
     def record_success(self) -> None:
+        """A call succeeded: close the circuit and reset the failure count."""
         self.failures = 0
         self.opened_at = None
         self._trial_running = False
@@ -165,6 +168,7 @@ class ResilientBackend(JudgeBackend):
         raise NotImplementedError
 
     async def complete(self, request: JudgeRequest) -> str:
+        """Call the backend with per-call timeouts, retries with backoff and the circuit breaker."""
         failed: list[BackendError] = []
         final: list[BackendError] = []  # an error not to retry, whatever its kind
 

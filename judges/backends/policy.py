@@ -15,7 +15,11 @@ from judges.metrics import JudgeMetrics
 
 
 class GeneratingPolicy(Protocol):
-    async def generate(self, prompt: Any, sampling: Any) -> Any: ...
+    """What this backend needs of a policy: ``async generate(prompt, sampling)``."""
+
+    async def generate(self, prompt: Any, sampling: Any) -> Any:
+        """A result with ``.text`` (and ``.finish_reason``) for ``prompt`` sampled with ``sampling``."""
+        ...
 
 
 @dataclass(frozen=True)

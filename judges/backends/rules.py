@@ -105,6 +105,7 @@ class RulesBackend(JudgeBackend):
         return 5.0
 
     async def complete(self, request: JudgeRequest) -> str:
+        """A verdict read from the next state's own signals, in the format a judge model would write."""
         self.metrics.inc("requests")
         ns = request.next_state
         if request.kind == "prm":
