@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from claw_envs.sandbox.base import ExecResult, Sandbox, SandboxError
+from claw_envs.sandbox.base import Bind, ExecResult, Sandbox, SandboxError, Spawned
 from claw_envs.sandbox.local import LocalSandbox
 
 KINDS = ("local", "docker")
@@ -26,4 +26,4 @@ def make_sandbox(kind: str = "local", **kwargs: Any) -> Sandbox:
     raise ValueError(f"unknown sandbox kind {kind!r}; choose one of {', '.join(KINDS)}")
 
 
-__all__ = ["KINDS", "ExecResult", "LocalSandbox", "Sandbox", "SandboxError", "make_sandbox"]
+__all__ = ["KINDS", "Bind", "ExecResult", "LocalSandbox", "Sandbox", "SandboxError", "Spawned", "make_sandbox"]

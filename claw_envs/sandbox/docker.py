@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from claw_envs.sandbox.base import ExecResult, Sandbox, SandboxError
+from claw_envs.sandbox.base import Bind, ExecResult, Sandbox, SandboxError
 from claw_envs.sandbox.limits import Limits, limit_note, with_note
 from claw_envs.sandbox.output import CappedOutput
 
@@ -102,10 +102,14 @@ class DockerSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         stdin: str | bytes | None = None,
+        *,
+        binds: Sequence[Bind] = (),
     ) -> ExecResult:
-        """Run ``cmd`` with ``docker exec``; the same result conventions as ``LocalSandbox.run``."""
+        """Run ``cmd`` with ``docker exec``; the same result conventions as ``LocalSandbox.run`` (no ``binds``)."""
         if self.container is None:
             raise SandboxError("this sandbox is closed")
+        if binds:
+            raise SandboxError("the docker backend cannot bind host folders for one command; use the local backend")
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]

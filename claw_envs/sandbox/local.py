@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from claw_envs.sandbox.base import ExecResult, Sandbox, SandboxError
+from claw_envs.sandbox.base import Bind, ExecResult, Sandbox, SandboxError, Spawned
 from claw_envs.sandbox.folders import is_full, new_folder, remove_folder, stage_bind, sweep_orphans
 from claw_envs.sandbox.limits import (
     Limits,
@@ -107,6 +107,7 @@ ARG_INLINE_MAX = 64 << 10  # longer shell commands are read from a memory file (
 EXIT_GRACE = 0.2  # seconds to wait for output pipes to close after the command itself exited
 DRAIN_WAIT = 2.0  # seconds to keep reading after a kill
 _CHUNK = 1 << 16
+Running = tuple[subprocess.Popen, str, RunCgroup | None]  # a started command: process, run id, cgroup
 
 _warned: set[str] = set()
 
@@ -153,7 +154,8 @@ class LocalSandbox(Sandbox):
         self.binds_ro = _normalise_binds(binds_ro)
         self.python = sys.executable
         self._closed = False
-        self._running: set[tuple[subprocess.Popen, str, RunCgroup | None]] = set()
+        self._running: set[Running] = set()
+        self._spawned: weakref.WeakSet[Spawned] = weakref.WeakSet()
         _sweep_once()
         self._root, self.disk_capped = new_folder(quota=self.limits.disk_mb << 20)
         self._finalizer = weakref.finalize(self, remove_folder, self._root)
@@ -207,12 +209,15 @@ class LocalSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         stdin: str | bytes | None = None,
+        *,
+        binds: Sequence[Bind] = (),
     ) -> ExecResult:
         """Run ``cmd`` (a string goes to bash, a list is exec'd as is) for at most ``timeout`` seconds.
 
         Whatever the command does comes back as an :class:`ExecResult`: a timeout kills every process
         it started (``timed_out=True``, return code 137); a signal ``N`` reads as ``128 + N``;
         a command that cannot be started reads as 126/127 with the reason on stderr.
+        ``binds`` show host folders inside for this command only (see :meth:`host_folder`).
         Raises :class:`SandboxError` only when the sandbox itself fails.
         """
         if self._closed:
@@ -228,7 +233,35 @@ class LocalSandbox(Sandbox):
         with _memory_file(script) as fds:
             if fds:  # the shell reads the script from the file instead of its argument
                 argv = [self._shell, "-c", f'eval "$(cat <&{fds[0]})" {fds[0]}<&-']
-            return self._execute(argv, fds, timeout, env, inside_cwd, stdin)
+            return self._execute(argv, fds, timeout, env, inside_cwd, stdin, binds)
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> Spawned:
+        """Start ``argv`` as a long-lived process with pipes on its stdin, stdout and stderr, under the same
+        isolation and limits as :meth:`run` but no time limit; ``Spawned.kill()`` or :meth:`close` ends it and
+        everything it started."""
+        if self._closed:
+            raise SandboxError("this sandbox is closed")
+        inside_cwd = self._inside_path(cwd if cwd is not None else ".")
+        started = self._start(list(argv), (), env, inside_cwd, stdin_pipe=True)
+        if isinstance(started, ExecResult):
+            raise SandboxError(f"cannot start {argv[0]!r}: {started.stderr}")
+        spawned = Spawned(started[0], functools.partial(self._finish, started))
+        self._spawned.add(spawned)
+        return spawned
+
+    def host_folder(self, name: str, *, writable: bool = False) -> Path:
+        """A new empty host folder of this sandbox that no command sees unless a ``run`` binds it (read-only:
+        commands can read what the host writes there; ``writable``: commands may also write). Removed by
+        :meth:`close`."""
+        if self._closed:
+            raise SandboxError("this sandbox is closed")
+        folder = self._root / "host" / f"{name}-{uuid.uuid4().hex[:8]}"
+        folder.mkdir(parents=True)
+        folder.parent.chmod(0o711)
+        folder.chmod(0o755)
+        if writable:
+            self._own(folder)
+        return folder
 
     def read_file(self, path: str) -> bytes:
         """Bytes of ``path`` (relative to the workspace, or absolute under the workspace, /tmp or $HOME)."""
@@ -254,6 +287,8 @@ class LocalSandbox(Sandbox):
     def close(self) -> None:
         """Kill commands still running, delete the workspace and everything in it; safe to call twice."""
         self._closed = True
+        for spawned in list(self._spawned):
+            spawned.kill()
         for running in list(self._running):
             self._kill_tree(*running)
         self._finalizer()
@@ -321,18 +356,61 @@ class LocalSandbox(Sandbox):
         env: Mapping[str, str] | None,
         inside_cwd: str,
         stdin: str | bytes | None,
+        binds: Sequence[Bind] = (),
     ) -> ExecResult:
         """Start ``argv`` (passing it ``fds``), feed it ``stdin``, collect its output and clean up after it."""
-        run_id = uuid.uuid4().hex
-        command, popen_env, popen_cwd, nproc = self._command_line(argv, inside_cwd, self._environment(env, run_id))
-        cgroup = RunCgroup.create(self.limits) if self._cgroups_usable else None
-        launch, preexec = self._launcher(self.limits.rlimits(nproc=nproc), cgroup)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         start = time.monotonic()
+        started = self._start(argv, fds, env, inside_cwd, stdin_pipe=bool(data), binds=binds)
+        if isinstance(started, ExecResult):
+            return started
+        proc, run_id, cgroup = running = started
+        oom_kills = 0
+        try:
+            out, err, timed_out = self._communicate(proc, timeout, data, run_id, cgroup)
+        finally:
+            oom_kills = self._finish(running)
+        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        if cgroup is not None and code == 125 and err.head.startswith(CGROUP_JOIN_FAILED.encode()):
+            raise SandboxError(err.text().strip())
+        if self.isolation == "bwrap" and code == 1 and out.total == 0 and err.head.startswith(b"bwrap: "):
+            raise SandboxError(f"bubblewrap failed to start the command: {err.text().strip()}")
+        return ExecResult(
+            returncode=code,
+            stdout=out.text(),
+            stderr=with_note(err.text(), self._limit_note(code, timed_out, timeout, oom_kills)),
+            timed_out=timed_out,
+            duration=time.monotonic() - start,
+            truncated=out.truncated or err.truncated,
+        )
+
+    def _limit_note(self, code: int, timed_out: bool, timeout: float, oom_kills: int) -> str | None:
+        """What a limit did to a command that ended with ``code`` (``None``: nothing)."""
+        disk_full = self.disk_capped and is_full(self._root)
+        return limit_note(self.limits, code, timed_out, timeout, oom_kills, disk_full)
+
+    def _start(
+        self,
+        argv: list[str],
+        fds: tuple[int, ...],
+        env: Mapping[str, str] | None,
+        inside_cwd: str,
+        *,
+        stdin_pipe: bool,
+        binds: Sequence[Bind] = (),
+    ) -> Running | ExecResult:
+        """Launch ``argv`` with piped output (and stdin when ``stdin_pipe``), tracked until :meth:`_finish`; an
+        :class:`ExecResult` when it could not start (the agent's fault)."""
+        run_id = uuid.uuid4().hex
+        command, popen_env, popen_cwd, nproc = self._command_line(
+            argv, inside_cwd, self._environment(env, run_id), binds
+        )
+        cgroup = RunCgroup.create(self.limits) if self._cgroups_usable else None
+        launch, preexec = self._launcher(self.limits.rlimits(nproc=nproc), cgroup)
         try:
             proc = subprocess.Popen(
                 [*launch, *command],
-                stdin=subprocess.PIPE if data else subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=popen_cwd,
@@ -344,42 +422,36 @@ class LocalSandbox(Sandbox):
         except (OSError, ValueError, subprocess.SubprocessError) as err:
             if cgroup:
                 cgroup.remove()
-            return self._launch_failure(err, argv[0], start)
-        oom_kills = 0
+            return self._launch_failure(err, argv[0], time.monotonic())
         running = (proc, run_id, cgroup)
         self._running.add(running)
-        try:
-            out, err, timed_out = self._communicate(proc, timeout, data, run_id, cgroup)
-        finally:
-            self._running.discard(running)
-            self._kill_tree(proc, run_id, cgroup)
-            proc.wait()
-            if cgroup:
-                oom_kills = cgroup.oom_kills()
-                cgroup.remove()
-        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        if cgroup is not None and code == 125 and err.head.startswith(CGROUP_JOIN_FAILED.encode()):
-            raise SandboxError(err.text().strip())
-        if self.isolation == "bwrap" and code == 1 and out.total == 0 and err.head.startswith(b"bwrap: "):
-            raise SandboxError(f"bubblewrap failed to start the command: {err.text().strip()}")
-        disk_full = self.disk_capped and is_full(self._root)
-        return ExecResult(
-            returncode=code,
-            stdout=out.text(),
-            stderr=with_note(err.text(), limit_note(self.limits, code, timed_out, timeout, oom_kills, disk_full)),
-            timed_out=timed_out,
-            duration=time.monotonic() - start,
-            truncated=out.truncated or err.truncated,
-        )
+        return running
+
+    def _finish(self, running: Running) -> int:
+        """Kill what is left of a started command, reap it and drop its cgroup; the OOM kills it suffered."""
+        proc, run_id, cgroup = running
+        self._running.discard(running)
+        self._kill_tree(proc, run_id, cgroup)
+        proc.wait()
+        oom_kills = 0
+        if cgroup:
+            oom_kills = cgroup.oom_kills()
+            cgroup.remove()
+        return oom_kills
 
     def _command_line(
-        self, argv: list[str], inside_cwd: str, environment: dict[str, str]
+        self, argv: list[str], inside_cwd: str, environment: dict[str, str], binds: Sequence[Bind] = ()
     ) -> tuple[list[str], dict[str, str], str | None, int | None]:
         """What to exec (after the launcher), its environment, its host cwd, and the RLIMIT_NPROC to set outside."""
         if self.isolation != "bwrap":
+            if binds:
+                raise SandboxError(f"binds for one command need bubblewrap; this sandbox runs {self.isolation}")
             nproc = None if os.geteuid() == 0 else user_task_count(os.getuid()) + self.limits.max_processes
             return argv, environment, str(self._host_path(inside_cwd)), nproc
-        full = [*self._run_as, *self._bwrap_args, "--chdir", inside_cwd]
+        extra = []
+        for bind in binds:
+            extra += ["--bind" if bind.writable else "--ro-bind", self._reachable(bind.host), bind.inside]
+        full = [*self._run_as, *self._bwrap_args[:-2], *extra, *self._bwrap_args[-2:], "--chdir", inside_cwd]
         for key, value in environment.items():
             full += ["--setenv", key, value]
         inner = [self._prlimit, f"--nproc={self.limits.max_processes}", "--"] if self._prlimit else []

@@ -24,6 +24,17 @@ Step signals (``info["next_state"]``):
 Each episode gets a fresh sandbox (``claw_envs.sandbox``, ``local`` bubblewrap by default, ``docker`` when
 asked) whose working directory holds the task's files; a sandbox that fails is an infrastructure failure
 (``info["status"] == "sandbox_failure"``), never the agent's fault.
+
+**Shell.** ``shell="persistent"`` (the default on the local backend) runs the episode's commands in one long-lived
+bash (:class:`~claw_envs.sandbox.shell.PersistentShell`): ``cd``, variables and background jobs carry across turns.
+A command past its timeout, or a shell that exits, is answered with a note that a new shell starts with the next
+command; the agent's processes end before the check runs. ``shell="oneshot"`` runs each command in a fresh shell.
+
+**Task folders** (:mod:`.folders`, Harbor or Terminal-Bench 1 layout): the workspace sits at the task's workdir
+(``/app``), the hidden tests grade it (:mod:`.grading`); the outcome is the fraction of tests passed (Harbor: the
+number in ``reward.txt``), the reward and the final ``evaluative`` are ``2·outcome − 1``, ``info["grading"]`` holds
+the per-test results. The agent's time for the episode (``[agent] timeout_sec``) caps its commands; when it is
+used up the episode ends and the tests run.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ import dataclasses
 import functools
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,6 +62,7 @@ from claw_envs.core import (
 )
 from claw_envs.sandbox import ExecResult, Sandbox, SandboxError
 from claw_envs.sandbox.episode import EpisodeSandbox
+from claw_envs.sandbox.shell import PersistentShell, ShellRun
 from claw_envs.tasks import Task, TaskSource
 from claw_envs.terminal.actions import (
     BASH_TOOL,
@@ -61,8 +73,9 @@ from claw_envs.terminal.actions import (
     read_turn,
     tool_call_text,
 )
+from claw_envs.terminal.grading import Verdict, grade_folder, prepare_folder
 from claw_envs.terminal.signals import report
-from claw_envs.terminal.tasks import builtin_tasks, load_tasks, validate
+from claw_envs.terminal.tasks import builtin_tasks, load_tasks, solution_commands, validate
 from claw_envs.toolcall.tools import cap_text
 
 SYSTEM_PROMPT = """\
@@ -93,8 +106,9 @@ DEMO_FINALS = (
 class TerminalEnv(ClawEnv):
     """Shell tasks checked by a command; see the module docstring for the signals.
 
-    ``tasks`` or ``task_file`` (a JSONL file, fields in :mod:`.tasks`) replace the built-in tasks.
-    ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``command_timeout`` limits
+    ``tasks`` or ``task_file`` (a JSONL file or a folder of task folders, see :mod:`.tasks`) replace the built-in
+    tasks. ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``shell`` is ``"persistent"``
+    or ``"oneshot"`` (default: persistent on the local backend, one-shot on docker); ``command_timeout`` limits
     each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees of an output,
     ``max_command_bytes`` the command line (a longer one is the agent's error).
     """
@@ -119,11 +133,22 @@ class TerminalEnv(ClawEnv):
         check_timeout: float = 30.0,
         max_output_chars: int = 2000,
         max_command_bytes: int | None = None,
+        shell: Literal["persistent", "oneshot"] | None = None,
     ):
+        if shell not in (None, "persistent", "oneshot"):
+            raise ValueError(f"shell must be 'persistent' or 'oneshot', got {shell!r}")
+        if shell == "persistent" and sandbox != "local":
+            raise ValueError(f"shell='persistent' needs the local sandbox; pass shell='oneshot' for {sandbox!r}")
+        if isinstance(tasks, str):
+            tasks = load_tasks(tasks, split=split)
         if tasks is None and task_file is not None:
             tasks = load_tasks(task_file, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self.sandbox = EpisodeSandbox(sandbox, sandbox_options)
+        self._options = dict(self.sandbox.options)
+        self.shell = shell or ("persistent" if sandbox == "local" else "oneshot")
+        self._shell: PersistentShell | None = None
+        self._agent_seconds = 0.0
         self.command_timeout = command_timeout
         self.check_timeout = check_timeout
         self.max_output_chars = max_output_chars
@@ -148,8 +173,11 @@ class TerminalEnv(ClawEnv):
         problem = validate(task.data)
         if problem:
             raise ValueError(f"task {task.id!r}: {problem}")
-        self.sandbox.close()
+        self._close_sandbox()
         self._commands = 0
+        self._agent_seconds = 0.0
+        folder = "folder" in task.data
+        self.sandbox.options = {**self._options, **({"workspace": task.data["workdir"]} if folder else {})}
         messages = self.opening_messages(task)
         return Opening(
             observation=messages[-1]["content"], messages=messages, info={"tools": [copy.deepcopy(BASH_TOOL)]}
@@ -173,19 +201,34 @@ class TerminalEnv(ClawEnv):
         return tr
 
     async def _command_turn(self, action: str, turn: Turn) -> Transition:
-        result = await self._exec(turn.command, self.command_timeout)
+        timeout = min(self.command_timeout, self._agent_time_left())
+        run = await self._exec_agent(turn.command, timeout)
         self._commands += 1
-        rep = report(result, timeout=self.command_timeout, max_chars=self.max_output_chars)
+        self._agent_seconds += run.result.duration
+        rep = report(run.result, timeout=timeout, max_chars=self.max_output_chars)
+        text, directive = rep.text, rep.directive
+        if run.note:
+            text = f"{text}\n{run.note}"
+            directive = directive or "The shell was restarted: cd back and set your variables again if you need them."
         ns = NextState(
-            text=rep.text,
+            text=text,
             role="tool",
             evaluative=rep.evaluative,
-            directive=rep.directive,
-            judge_inputs=self._judge_inputs(action, rep.text),
+            directive=directive,
+            judge_inputs=self._judge_inputs(action, text),
         )
         # The base class appended the raw assistant text just before _act; tool calls are stored in OpenAI form.
         self.messages[-1] = assistant_message(turn, action)
-        return Transition(observation=rep.text, next_state=ns, messages=[reply_message(turn, rep.text)])
+        tr = Transition(observation=text, next_state=ns, messages=[reply_message(turn, text)])
+        if self._agent_time_left() <= 0 and self.step_index < self.max_turns:
+            await self._add_check(tr, why="the agent's time for this task is used up")
+            tr.terminated = True
+        return tr
+
+    def _agent_time_left(self) -> float:
+        """Seconds the agent may still spend on commands (a task folder's agent timeout; unbounded otherwise)."""
+        limit = self.task.data.get("agent_timeout") if self.task else None
+        return float("inf") if limit is None else max(float(limit) - self._agent_seconds, 0.0)
 
     def _problem_turn(self, action: str, turn: Turn) -> Transition:
         text = f"Error: {turn.problem}. Nothing was run."
@@ -199,11 +242,11 @@ class TerminalEnv(ClawEnv):
         return Transition(observation=text, next_state=ns)
 
     async def _final_turn(self, action: str) -> Transition:
-        solved, detail = await self._check()
-        if solved:
-            text, directive = "Check passed: the task is done.", None
+        verdict = await self._verdict()
+        if verdict.solved:
+            text, directive = verdict.text, None
         else:
-            text = "Check failed: the task is not done." + (f"\n{detail}" if detail else "")
+            text = verdict.text
             directive = (
                 "The task was not done when you said so: look at the result (cat the file, run the script) "
                 "and compare it with the instruction before saying you are done."
@@ -211,23 +254,44 @@ class TerminalEnv(ClawEnv):
         ns = NextState(
             text=text,
             role="environment",
-            evaluative=Evaluative(1.0 if solved else -1.0, (f"tests={int(solved)}/1",)),
+            evaluative=Evaluative(verdict.score, (verdict.tag,)),
             directive=directive,
-            outcome=float(solved),
+            outcome=verdict.outcome,
             judge_inputs=self._judge_inputs(action, text),
         )
-        self.sandbox.close()
-        return Transition(observation=text, next_state=ns, reward=float(solved), terminated=True)
+        return Transition(observation=text, next_state=ns, reward=verdict.reward, terminated=True, info=verdict.info)
 
-    async def _add_check(self, tr: Transition) -> None:
+    async def _add_check(self, tr: Transition, why: str = "turn limit reached") -> None:
         """Record the check's verdict on the last turn's next state (the turn limit ends the episode)."""
-        solved, _ = await self._check()
-        self.sandbox.close()
+        verdict = await self._verdict()
         ns = tr.next_state
-        evaluative = Evaluative(ns.evaluative.score, (*ns.evaluative.tags, f"tests={int(solved)}/1"))
-        tr.next_state = dataclasses.replace(ns, evaluative=evaluative, outcome=float(solved))
-        tr.info["check"] = f"turn limit reached; check {'passed' if solved else 'failed'}"
-        tr.reward = float(solved)
+        evaluative = Evaluative(ns.evaluative.score, (*ns.evaluative.tags, verdict.tag))
+        tr.next_state = dataclasses.replace(ns, evaluative=evaluative, outcome=verdict.outcome)
+        tr.info.update(verdict.info)
+        tr.info["check"] = f"{why}; check {'passed' if verdict.solved else 'failed'}"
+        tr.reward = verdict.reward
+
+    async def _verdict(self) -> Verdict:
+        """End the agent's processes, then grade the task: its check command, or a task folder's tests."""
+        try:
+            if self._shell is not None:
+                await asyncio.to_thread(self._shell.close)
+            if "folder" in self.task.data:
+                grade = await self.sandbox.run(
+                    lambda box: grade_folder(box, dict(self.task.data), timeout=self.check_timeout_for()),
+                    timeout=self.check_timeout_for() + 60.0,
+                    what="grading: ",
+                    prepare=self._prepare,
+                )
+                return Verdict.of_grade(grade)
+            solved, detail = await self._check()
+            return Verdict.of_check(solved, detail)
+        finally:
+            self._close_sandbox()
+
+    def check_timeout_for(self) -> float:
+        """Seconds the grading may take: a task folder's verifier timeout, else ``check_timeout``."""
+        return float(self.task.data.get("verifier_timeout") or self.check_timeout)
 
     async def _check(self) -> tuple[bool, str]:
         """Whether the task's check passes, and what it printed (capped)."""
@@ -241,11 +305,33 @@ class TerminalEnv(ClawEnv):
 
     async def _exec(self, command: str, timeout: float) -> ExecResult:
         return await self.sandbox.run(
-            lambda box: box.arun(command, timeout=timeout), timeout=timeout + 30.0, prepare=self._prepare
+            lambda box: box.arun(command, timeout=timeout, env=self.task.data.get("env")),
+            timeout=timeout + 30.0,
+            prepare=self._prepare,
         )
+
+    async def _exec_agent(self, command: str, timeout: float) -> ShellRun:
+        """An agent's command: in the episode's persistent shell, or one-shot."""
+        if self.shell == "oneshot":
+            return ShellRun(await self._exec(command, timeout))
+
+        async def in_shell(box: Sandbox) -> ShellRun:
+            if self._shell is None or self._shell.sandbox is not box:
+                self._shell = PersistentShell(box, env=self.task.data.get("env"))
+            return await self._shell.arun(command, timeout)
+
+        return await self.sandbox.run(in_shell, timeout=timeout + 30.0, prepare=self._prepare)
 
     async def _prepare(self, sandbox: Sandbox) -> None:
         """Write the task's files and run its setup in a new sandbox's working directory."""
+        if "folder" in self.task.data:
+            if sandbox.isolation != "bwrap":
+                raise InfraFailure(
+                    f"task folders need bubblewrap (their tests use absolute paths such as {sandbox.workspace}); "
+                    f"this sandbox runs {sandbox.isolation}",
+                    StepStatus.SANDBOX_FAILURE,
+                )
+            return await prepare_folder(sandbox, dict(self.task.data), self.check_timeout)
         try:
             for path, content in dict(self.task.data.get("files", {})).items():
                 await asyncio.to_thread(sandbox.write_file, path, content)
@@ -256,8 +342,15 @@ class TerminalEnv(ClawEnv):
         if done is not None and not done.ok:
             raise InfraFailure(f"the task's setup failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
 
-    async def aclose(self) -> None:
+    def _close_sandbox(self) -> None:
+        """End the persistent shell and the sandbox (nothing of the episode is left running)."""
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
         self.sandbox.close()
+
+    async def aclose(self) -> None:
+        self._close_sandbox()
 
     # -- judge inputs ------------------------------------------------------------------------
 
@@ -273,10 +366,11 @@ class TerminalEnv(ClawEnv):
     # -- scripted agents and bootstrapping ---------------------------------------------------
 
     def reference_action(self) -> str | None:
-        """The task's next solution command (as a bash tool call), then a final message."""
+        """The task's next solution command (as a bash tool call; a task folder's solution script is one command),
+        then a final message."""
         if self.task is None:
             return None
-        solution = list(self.task.data.get("solution", []))
+        solution = solution_commands(self.task.data)
         if self._commands < len(solution):
             return tool_call_text(solution[self._commands])
         return "The task is done."
@@ -292,7 +386,7 @@ class TerminalEnv(ClawEnv):
         """
         rng = np.random.default_rng(seed)
         train = builtin_tasks("train")
-        runs = _solution_runs(self.sandbox.kind, json.dumps(self.sandbox.options, sort_keys=True))
+        runs = _solution_runs(self.sandbox.kind, json.dumps(self._options, sort_keys=True))
         demos = []
         for _ in range(n):
             task_id, steps = runs[int(rng.integers(len(runs)))]
@@ -336,6 +430,8 @@ def _solution_runs(sandbox_kind: str, options_json: str) -> tuple[tuple[str, tup
     runs = []
     try:
         for task in env.tasks:
+            if "folder" in task.data:
+                continue  # a folder's solution is one long script: no demonstration for a small model
             env.reset(options={"task_id": task.id})
             steps = []
             for command in task.data.get("solution", []):

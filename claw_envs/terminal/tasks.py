@@ -11,6 +11,10 @@ A task's ``data`` has these fields (the same in built-in tasks and JSONL files):
 
 A JSONL row may also carry ``id``; without one the id is ``<file stem>-<row index>``. Built-in tasks are
 split into train and test by a hash of their id, so a task never moves between splits.
+
+A **task folder** (Harbor or Terminal-Bench 1 layout, read by :mod:`.folders`) is graded by its hidden tests
+instead of a ``check``; its id is the folder's name. ``load_tasks`` takes a JSONL file, one task folder, or a
+folder of task folders; some built-in tasks ship as Harbor folders in ``task_folders/``.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from claw_envs.tasks import Task, TaskList, load_jsonl
+from claw_envs.terminal.folders import is_task_folder, read_folder
 
 REQUIRED = {"instruction": str, "check": str}
 OPTIONAL = {"files": dict, "setup": str, "solution": list}
+FOLDER_REQUIRED = {"instruction": str, "folder": str, "workdir": str, "test_script": str}
 TEST_SHARE = 4  # about one built-in task in four is held out
+BUILTIN_FOLDERS = Path(__file__).parent / "task_folders"
 
 _LOG = (
     "2026-03-01 10:00:01 INFO server started\n"
@@ -206,14 +213,37 @@ def split_of(task_id: str) -> str:
 
 
 def builtin_tasks(split: str = "train") -> TaskList:
-    """The built-in tasks of ``split`` (``train`` or ``test``)."""
+    """The built-in tasks of ``split`` (``train`` or ``test``): the check tasks of ``BUILTIN`` and the task folders
+    shipped in ``task_folders/``."""
     if split not in ("train", "test"):
         raise ValueError(f"the built-in terminal tasks have splits 'train' and 'test', not {split!r}")
-    return TaskList([Task(tid, split, data) for tid, data in BUILTIN.items() if split_of(tid) == split], split)
+    every = {**BUILTIN, **builtin_folders()}
+    return TaskList([Task(tid, split, data) for tid, data in every.items() if split_of(tid) == split], split)
+
+
+def builtin_folders() -> dict[str, dict[str, Any]]:
+    """The built-in task folders, by id (the folder's name)."""
+    return {folder.name: read_folder(folder) for folder in sorted(BUILTIN_FOLDERS.iterdir()) if folder.is_dir()}
+
+
+def solution_commands(data: Mapping[str, Any]) -> list[str]:
+    """A task's solution as commands, one per turn; a task folder's solution script is one command that runs it
+    with bash in the workdir."""
+    if "solution" in data:
+        return list(data["solution"])
+    script = data.get("solution_script")
+    if not script:
+        return []
+    text = (Path(data["folder"]) / script).read_text(encoding="utf-8")
+    end = "CLAW_SOLUTION_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+    return [f"bash -c \"$(cat <<'{end}'\n{text.rstrip()}\n{end}\n)\""]
 
 
 def load_tasks(path: str | Path, *, split: str = "test") -> TaskList:
-    """Tasks from a JSONL file (fields in the module docstring); a bad row raises ``ValueError`` naming it."""
+    """Tasks from a JSONL file, a task folder, or a folder of task folders (fields in the module docstring); a bad
+    row or folder raises ``ValueError`` naming it."""
+    if Path(path).is_dir():
+        return load_folders(Path(path), split=split)
     tasks = load_jsonl(path, split=split, id_field="id")
     for row, task in enumerate(tasks, 1):
         problem = validate(task.data)
@@ -222,8 +252,28 @@ def load_tasks(path: str | Path, *, split: str = "test") -> TaskList:
     return tasks
 
 
+def load_folders(path: Path, *, split: str = "test") -> TaskList:
+    """One task folder, or every task folder directly inside ``path`` (sorted by name; hidden entries skipped)."""
+    if is_task_folder(path):
+        return TaskList([Task(path.resolve().name, split, read_folder(path))], split)
+    entries = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    strays = [p.name for p in entries if not is_task_folder(p)]
+    if strays:
+        raise ValueError(
+            f"{path}: {', '.join(strays[:5])} are not task folders (no task.toml, task.yaml or instruction.md)"
+        )
+    if not entries:
+        raise ValueError(f"{path}: no task folders in it (and it is not one)")
+    return TaskList([Task(p.name, split, read_folder(p)) for p in entries], split)
+
+
 def validate(data: Mapping[str, Any]) -> str | None:
     """What is wrong with a task's fields, or ``None``."""
+    if "folder" in data:
+        for name, kind in FOLDER_REQUIRED.items():
+            if not isinstance(data.get(name), kind):
+                return f"a task folder's data needs {name!r} ({kind.__name__})"
+        return None
     for name, kind in REQUIRED.items():
         if name not in data:
             return f"missing the required field {name!r} (required: {', '.join(REQUIRED)})"

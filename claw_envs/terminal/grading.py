@@ -1,0 +1,238 @@
+"""Preparing and grading task-folder tasks in a sandbox: the Dockerfile's files and setup before the agent, the
+hidden tests after it.
+
+**Before the agent** (:func:`prepare_folder`): lines of the Dockerfile the local backend cannot honour make the task
+an :class:`~claw_envs.core.InfraFailure` (never a reward of 0); the ``COPY``'d files are written into the workdir
+(executable bits kept) and the honoured ``RUN`` lines run there.
+
+**Grading** (:func:`grade_folder`): the tests are copied into a host folder shown read-only at ``/tests`` and an
+empty host folder writable at ``/logs/verifier``, for the verifier's command only: the agent never sees either,
+and a ``reward.txt`` it wrote anywhere is never read. When the test script only installs a test runner (apt-get,
+curl, uv, pip) and runs pytest on the tests, the equivalent offline command runs instead (this project's pytest,
+``-rA``), and ``Grade.offline`` says so; otherwise the script runs as it is. Harbor: the number in ``reward.txt``
+(or ``reward.json``'s ``reward``) is the outcome; TB1 and offline runs: the fraction of tests passed, from the
+``-rA`` summary. Tests that run past their timeout, write no reward, report no test, or need the network are an
+:class:`~claw_envs.core.InfraFailure` naming why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from claw_envs.core import InfraFailure, StepStatus
+from claw_envs.sandbox import Bind, Sandbox, SandboxError
+
+TESTS_INSIDE = "/tests"
+LOGS_INSIDE = "/logs/verifier"
+_RESULT_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) (\S+)", re.M)
+_NETWORK = re.compile(r"Could not resolve host|Temporary failure in name resolution|Network is unreachable", re.I)
+_INSTALL = re.compile(
+    r"^(?:sudo )?(?:apt-get|apt|apk|yum|dnf|curl|wget|pip3?|uv|python3? -m pip|source|\.|export PATH=)\b"
+    r"|^(?:uv|uvx) (?:venv|pip|init|add|sync)\b"
+)
+_BENIGN = re.compile(r"^(?:set [-+]\w+|cd |echo |if |then|else|fi|exit\b|mkdir |\w+=\S*$)")
+_PYTEST = re.compile(r"(?:^|\s)(?:python3? -m )?pytest(?:==\S+)?(?=\s|$)")
+
+
+@dataclass(frozen=True)
+class Grade:
+    """A verifier run: the outcome in [0, 1], per-test results, and how it was obtained."""
+
+    outcome: float
+    tests: dict[str, str] = field(default_factory=dict)
+    source: str = "pytest"
+    offline: str | None = None
+    output: str = ""
+
+    @property
+    def passed(self) -> int:
+        return sum(status in ("PASSED", "XFAIL") for status in self.tests.values())
+
+    def to_info(self) -> dict[str, Any]:
+        """The grade as JSON-friendly ``info["grading"]``."""
+        return {"outcome": self.outcome, "tests": dict(self.tests), "source": self.source, "offline": self.offline}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How an episode was graded: ``outcome`` in [0, 1], the ``reward``, the final step's evaluative ``score`` and
+    ``tag`` (``tests=3/4``), the ``text`` the agent reads and ``info`` for the step."""
+
+    outcome: float
+    reward: float
+    score: float
+    tag: str
+    text: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def solved(self) -> bool:
+        return self.outcome >= 1.0
+
+    @classmethod
+    def of_check(cls, solved: bool, detail: str) -> Verdict:
+        """A check command's verdict: outcome and reward 1 or 0, score +1 or -1."""
+        if solved:
+            return cls(1.0, 1.0, 1.0, "tests=1/1", "Check passed: the task is done.")
+        text = "Check failed: the task is not done." + (f"\n{detail}" if detail else "")
+        return cls(0.0, 0.0, -1.0, "tests=0/1", text)
+
+    @classmethod
+    def of_grade(cls, grade: Grade) -> Verdict:
+        """A task folder's verdict: the outcome, reward and score ``2·outcome − 1``, the failing tests named."""
+        counted = {name: status for name, status in grade.tests.items() if status != "SKIPPED"}
+        failing = [name for name, status in counted.items() if status not in ("PASSED", "XFAIL")]
+        if grade.source == "pytest" or counted:
+            tag = f"tests={grade.passed}/{len(counted)}"
+            text = f"Tests: {grade.passed} of {len(counted)} passed."
+        else:
+            tag, text = f"reward={grade.outcome:g}", "Tests: done."
+        if grade.source != "pytest":
+            text += f" Reward {grade.outcome:g}."
+        if failing:
+            text += (
+                " Failing: " + ", ".join(failing[:10]) + (f" and {len(failing) - 10} more" if len(failing) > 10 else "")
+            )
+        score = 2.0 * grade.outcome - 1.0
+        return cls(grade.outcome, score, score, tag, text, {"grading": grade.to_info()})
+
+
+def unsupported_problem(data: dict[str, Any]) -> str | None:
+    """Why the local backend cannot set this task up (Dockerfile lines only an image build can do), or ``None``."""
+    lines = list(data.get("unsupported", []))
+    if not lines:
+        return None
+    shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+    return f"the task's Dockerfile needs what the local backend cannot do (use sandbox='docker'): {shown}"
+
+
+async def prepare_folder(sandbox: Sandbox, data: dict[str, Any], timeout: float) -> None:
+    """Write the Dockerfile's ``COPY``'d files into the workdir and run its honoured ``RUN`` lines there."""
+    if problem := unsupported_problem(data):
+        raise InfraFailure(problem, StepStatus.SANDBOX_FAILURE)
+    folder = Path(data["folder"])
+    executables = []
+    for src, dest in data.get("copies", []):
+        host = folder / src
+        files = [host] if host.is_file() else sorted(p for p in host.rglob("*") if p.is_file())
+        for path in files:
+            inside = dest if path == host else f"{dest}/{path.relative_to(host).as_posix()}"
+            await asyncio.to_thread(sandbox.write_file, inside, path.read_bytes())
+            if os.access(path, os.X_OK):
+                executables.append(inside)
+    commands = [f"chmod +x -- {' '.join(shlex.quote(p) for p in executables)}"] if executables else []
+    for command in [*commands, *data.get("setup", [])]:
+        done = await sandbox.arun(command, timeout=timeout, env=data.get("env"))
+        if not done.ok:
+            raise InfraFailure(
+                f"the task's setup `{command[:200]}` failed (exit {done.returncode}): {done.stderr[-500:]}"
+            )
+
+
+def offline_command(script: str, python: str) -> str | None:
+    """The offline equivalent of a test script that only installs a test runner and runs pytest, or ``None``."""
+    pytest_lines = []
+    for line in _logical_lines(script):
+        if _PYTEST.search(line):
+            pytest_lines.append(line)
+        elif not (_INSTALL.search(line) or _BENIGN.search(line)):
+            return None
+    if len(pytest_lines) != 1:
+        return None
+    words = shlex.split(pytest_lines[0].split(";")[0].split("&&")[-1].split("||")[0], posix=True)
+    after = words[next(i for i, w in enumerate(words) if w.startswith("pytest")) + 1 :]
+    targets = []
+    skip = False
+    for word in after:
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = word in ("-k", "-m", "-p", "--ctrf", "--junitxml", "--rootdir", "-c", "-o", "--json-report-file")
+        elif "tests" in word or word.endswith(".py"):
+            targets.append(re.sub(r"^\$\{?TEST_DIR\}?", TESTS_INSIDE, word).replace("//", "/"))
+    targets = [t if t.startswith("/") else f"{TESTS_INSIDE}/{t.removeprefix('tests/')}" for t in targets]
+    quoted = " ".join(shlex.quote(t) for t in targets or [TESTS_INSIDE])
+    return f"{shlex.quote(python)} -m pytest -rA --color=no -p no:cacheprovider {quoted}"
+
+
+async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float, max_chars: int = 4000) -> Grade:
+    """Run the hidden tests against the workdir as the agent left it (see the module docstring)."""
+    folder = Path(data["folder"])
+    try:
+        tests = sandbox.host_folder("tests")
+        logs = sandbox.host_folder("verifier", writable=True)
+    except SandboxError as err:
+        raise InfraFailure(f"cannot grade a task folder here: {err}", StepStatus.SANDBOX_FAILURE) from err
+    await asyncio.to_thread(_copy_tests, folder / data["tests"], tests)
+    script_path = folder / data["test_script"]
+    script_name = script_path.name
+    if not (tests / script_name).exists():
+        shutil.copy2(script_path, tests / script_name)
+        (tests / script_name).chmod(0o755)
+    offline = offline_command(script_path.read_text(encoding="utf-8", errors="replace"), sandbox.python)
+    command = offline or f"bash {TESTS_INSIDE}/{script_name}"
+    env = {**data.get("env", {}), "TEST_DIR": TESTS_INSIDE, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    binds = [Bind(str(tests), TESTS_INSIDE), Bind(str(logs), LOGS_INSIDE, writable=True)]
+    done = await sandbox.arun(command, timeout=timeout, env=env, binds=binds)
+    output = (done.stdout + done.stderr)[-max_chars:]
+    if done.timed_out:
+        raise InfraFailure(f"the tests did not finish within {timeout:g} s (the task's verifier timeout)")
+    results = dict((name, status) for status, name in _RESULT_LINE.findall(done.stdout))
+    said = f"`{command}` exited {done.returncode}; its output ends: {output[-600:]}"
+    if data["format"] == "harbor" and not offline:
+        reward = _reward(logs)
+        if reward is None:
+            why = "needs the network" if _NETWORK.search(output) else "wrote no /logs/verifier/reward.txt"
+            raise InfraFailure(f"the test script {why}: {said}")
+        return Grade(reward, results, "reward.txt", None, output)
+    counted = {k: v for k, v in results.items() if v != "SKIPPED"}
+    if not counted:
+        why = "needs the network" if _NETWORK.search(output) else "reported no test results"
+        raise InfraFailure(f"the tests {why}: {said}")
+    passed = sum(v in ("PASSED", "XFAIL") for v in counted.values())
+    note = f"the test script only installs a test runner and runs pytest; ran `{command}` instead" if offline else None
+    return Grade(passed / len(counted), results, "pytest", note, output)
+
+
+def _reward(logs: Path) -> float | None:
+    """The number the verifier wrote to ``reward.txt`` (or ``reward.json``'s ``reward``), clipped to [0, 1]."""
+    try:
+        if (logs / "reward.txt").is_file():
+            value = float((logs / "reward.txt").read_text().strip())
+        elif (logs / "reward.json").is_file():
+            value = float(json.loads((logs / "reward.json").read_text())["reward"])
+        else:
+            return None
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    return min(max(value, 0.0), 1.0)
+
+
+def _copy_tests(source: Path, dest: Path) -> None:
+    """The tests, readable (not writable) by the sandbox user: files 0644 (0755 when executable), folders 0755."""
+    shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=False)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+
+
+def _logical_lines(script: str) -> list[str]:
+    """The script's commands: continuation lines joined; comments, blank lines and the shebang dropped."""
+    lines, current = [], ""
+    for raw in script.splitlines():
+        stripped = raw.strip()
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        line = (current + stripped).strip()
+        current = ""
+        if line and not line.startswith("#"):
+            lines.append(line)
+    return lines
