@@ -1,0 +1,490 @@
+"""Read a GUI action out of the model's raw text — parsed, never executed.
+
+Three forms are accepted, each mapped onto the same small set of :class:`Op` values a backend carries out:
+
+* **element actions** in the BrowserGym style, over the ids of the accessibility tree: ``click('12')``,
+  ``dblclick``, ``fill('12', 'text')``, ``clear``, ``press('12', 'Enter')``, ``select_option('12', 'France')``,
+  ``hover``, ``focus``, ``scroll(0, 300)``, ``goto('/page.html')``, ``send_msg_to_user('text')``, ``noop()``;
+* **pyautogui code** in the OSWorld style (``pyautogui.click(300, 200)``, ``typewrite``/``write``, ``press``,
+  ``hotkey``, ``keyDown``/``keyUp``, ``moveTo``, ``dragTo``, ``mouseDown``/``mouseUp``, ``scroll``,
+  ``doubleClick``, ``rightClick``, ``time.sleep``; several statements, ``import pyautogui`` allowed), or one of
+  the words ``WAIT``, ``DONE``, ``FAIL``;
+* a **computer-use tool call**: ``<tool_call>{"name": "computer", "arguments": {"action": "left_click",
+  "coordinate": [300, 200]}}</tool_call>`` (or the OpenAI ``tool_calls`` form), with the actions of Anthropic's
+  and Qwen's computer-use tools (``key``, ``type``, ``mouse_move``, ``left_click``, ``left_click_drag``,
+  ``double_click``, ``right_click``, ``scroll``, ``wait``, ``screenshot``, ``terminate``).
+
+Code is read with :func:`ast.parse` and accepted only when every statement is a call of a whitelisted name
+whose arguments are literals (numbers, strings, booleans, ``None``, flat lists/tuples of those). Anything else —
+``import os``, attribute access off the whitelist, ``eval``, ``__import__``, comprehensions, names, f-strings —
+is an :class:`ActionError` with a message for the agent. Nothing the model wrote is ever run as Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from claw_envs.toolcall.actions import ParseLimits, parse_action
+
+MAX_ACTION_CHARS = 20_000
+"""Longest action text read; a longer one is refused before parsing."""
+MAX_TEXT_CHARS = 2_000
+"""Longest text typed or filled by one call (a longer one is the agent's error)."""
+MAX_STATEMENTS = 20
+"""Most calls in one action."""
+MAX_WAIT_SECONDS = 3.0
+"""Longest ``WAIT``/``time.sleep``/``wait`` honoured; longer waits are cut to this."""
+CONTROL_WORDS = ("WAIT", "DONE", "FAIL")
+
+COMPUTER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "computer",
+        "description": "Use the mouse and keyboard on the screen (coordinates in screenshot pixels).",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "action": {"type": "string"},
+                "coordinate": {"type": "array"},
+                "start_coordinate": {"type": "array"},
+                "text": {"type": "string"},
+                "keys": {"type": "array"},
+                "scroll_direction": {"type": "string"},
+                "scroll_amount": {"type": "integer"},
+                "pixels": {"type": "integer"},
+                "duration": {"type": "number"},
+                "time": {"type": "number"},
+                "status": {"type": "string"},
+            },
+            "required": ["action"],
+        },
+    },
+}
+_TOOL_NAMES = ("computer", "computer_use")
+_TOOL_SCHEMAS = {name: COMPUTER_TOOL["function"]["parameters"] for name in _TOOL_NAMES}
+
+KEY_NAMES: dict[str, str] = {
+    **{c: c for c in "abcdefghijklmnopqrstuvwxyz0123456789"},
+    **{f"f{i}": f"F{i}" for i in range(1, 13)},
+    "enter": "Enter", "return": "Enter", "tab": "Tab", "space": " ", "backspace": "Backspace",
+    "delete": "Delete", "del": "Delete", "esc": "Escape", "escape": "Escape", "up": "ArrowUp",
+    "down": "ArrowDown", "left": "ArrowLeft", "right": "ArrowRight", "home": "Home", "end": "End",
+    "pageup": "PageUp", "pagedown": "PageDown", "shift": "Shift", "ctrl": "Control", "control": "Control",
+    "alt": "Alt", "cmd": "Meta", "command": "Meta", "win": "Meta", "super": "Meta", "meta": "Meta",
+    "insert": "Insert", "-": "-", "=": "=", ",": ",", ".": ".", "/": "/", ";": ";", "'": "'",
+    "[": "[", "]": "]", "\\": "\\", "`": "`",
+}  # fmt: skip
+"""Key names accepted (pyautogui's, lower case, and Playwright's), mapped to Playwright's names."""
+
+
+class ActionError(ValueError):
+    """The action cannot be carried out as written; ``tag`` names the kind (``unsafe_code``, ``bad_argument`` …)."""
+
+    def __init__(self, message: str, tag: str = "parse_error"):
+        super().__init__(message)
+        self.tag = tag
+
+
+@dataclass(frozen=True)
+class Op:
+    """One thing a backend does. ``name`` is one of :data:`OP_NAMES`; ``args`` are checked values."""
+
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+OP_NAMES = frozenset(
+    {
+        # element ops (``bid``: an id of the accessibility tree)
+        "click", "dblclick", "fill", "clear", "press", "select_option", "hover", "focus",
+        # page ops
+        "scroll", "goto", "send_msg_to_user", "noop",
+        # screen ops (pixel coordinates)
+        "mouse_click", "mouse_move", "mouse_down", "mouse_up", "drag_to", "type_text", "key_press", "hotkey",
+        "key_down", "key_up", "wheel",
+        # control
+        "wait", "done", "fail",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """The ops of one action, in order, and the form they were written in."""
+
+    ops: tuple[Op, ...]
+    form: str  # "element" | "pyautogui" | "computer_use" | "control"
+
+    @property
+    def ends_episode(self) -> bool:
+        """Whether the action says the agent is finished (``DONE`` / ``FAIL`` / ``terminate``)."""
+        return any(op.name in ("done", "fail") for op in self.ops)
+
+
+# -- the whitelists ---------------------------------------------------------------------------------------------
+
+# name -> (parameter names in order, defaults); a parameter without a default is required
+_Signature = tuple[tuple[str, ...], Mapping[str, Any]]
+_ELEMENT: dict[str, _Signature] = {
+    "click": (("bid", "button"), {"button": "left"}),
+    "dblclick": (("bid",), {}),
+    "fill": (("bid", "value"), {}),
+    "clear": (("bid",), {}),
+    "press": (("bid", "key_comb"), {}),
+    "select_option": (("bid", "options"), {}),
+    "hover": (("bid",), {}),
+    "focus": (("bid",), {}),
+    "scroll": (("delta_x", "delta_y"), {}),
+    "goto": (("url",), {}),
+    "send_msg_to_user": (("text",), {}),
+    "noop": (("wait_ms",), {"wait_ms": 0}),
+}
+_XY = {"x": None, "y": None}
+_PYAUTOGUI: dict[str, _Signature] = {
+    "click": (("x", "y", "clicks", "interval", "button", "duration"), {**_XY, "clicks": 1, "interval": 0.0,
+                                                                      "button": "left", "duration": 0.0}),
+    "doubleClick": (("x", "y", "interval", "button", "duration"), {**_XY, "interval": 0.0, "button": "left",
+                                                                   "duration": 0.0}),
+    "tripleClick": (("x", "y", "interval", "button", "duration"), {**_XY, "interval": 0.0, "button": "left",
+                                                                   "duration": 0.0}),
+    "rightClick": (("x", "y", "duration"), {**_XY, "duration": 0.0}),
+    "middleClick": (("x", "y", "duration"), {**_XY, "duration": 0.0}),
+    "moveTo": (("x", "y", "duration"), {**_XY, "duration": 0.0}),
+    "dragTo": (("x", "y", "duration", "button"), {**_XY, "duration": 0.0, "button": "left"}),
+    "mouseDown": (("x", "y", "button"), {**_XY, "button": "left"}),
+    "mouseUp": (("x", "y", "button"), {**_XY, "button": "left"}),
+    "scroll": (("clicks", "x", "y"), {**_XY}),
+    "typewrite": (("message", "interval"), {"interval": 0.0}),
+    "write": (("message", "interval"), {"interval": 0.0}),
+    "press": (("keys", "presses", "interval"), {"presses": 1, "interval": 0.0}),
+    "keyDown": (("key",), {}),
+    "keyUp": (("key",), {}),
+    "hotkey": ((), {}),  # *keys
+}  # fmt: skip
+_SLEEP: _Signature = (("seconds",), {})
+_ALLOWED_IMPORTS = frozenset({"pyautogui", "time"})
+_FENCE = re.compile(r"\A```[a-zA-Z]*\s*\n(?P<body>.*?)\n?```\s*\Z", re.S)
+
+
+# -- entry point ----------------------------------------------------------------------------------------------
+
+
+def parse(text: str) -> ParsedAction:
+    """The ops of one raw action text; raises :class:`ActionError` with a message for the agent."""
+    if len(text) > MAX_ACTION_CHARS:
+        raise ActionError(
+            f"the action is {len(text):,} characters long; the limit is {MAX_ACTION_CHARS:,}", "too_long"
+        )
+    stripped = text.strip()
+    if not stripped:
+        raise ActionError("the action is empty: write one action, e.g. click('12') or DONE", "empty")
+    if stripped.upper() in CONTROL_WORDS:
+        return ParsedAction((Op(stripped.lower() if stripped.upper() != "WAIT" else "wait", {"seconds": 1.0}),),
+                            "control")  # fmt: skip
+    if "<tool_call>" in stripped or stripped.startswith(("{", "[")):
+        return _parse_tool_call(stripped)
+    fence = _FENCE.match(stripped)
+    if fence:
+        stripped = fence.group("body").strip()
+        if stripped.upper() in CONTROL_WORDS:
+            return parse(stripped)
+    return _parse_code(stripped)
+
+
+# -- code (BrowserGym element actions and pyautogui) ---------------------------------------------------------------
+
+
+def _parse_code(code: str) -> ParsedAction:
+    try:
+        tree = ast.parse(code, mode="exec")
+    except SyntaxError as err:
+        raise ActionError(f"the action is not valid call syntax ({err.msg}, line {err.lineno})", "syntax") from None
+    except (ValueError, RecursionError, MemoryError) as err:
+        raise ActionError(f"the action cannot be read: {type(err).__name__}", "syntax") from None
+    calls = [s for s in tree.body if not _is_allowed_import(s)]
+    if not calls:
+        raise ActionError("the action holds no call: write one, e.g. click('12') or pyautogui.click(100, 200)")
+    if len(calls) > MAX_STATEMENTS:
+        raise ActionError(f"the action has {len(calls)} statements; at most {MAX_STATEMENTS}", "too_long")
+    ops: list[Op] = []
+    forms = set()
+    for stmt in calls:
+        if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+            raise ActionError(
+                f"only calls are allowed, not a {type(stmt).__name__} statement ({_snippet(code, stmt)})", "unsafe_code"
+            )
+        form, op_list = _read_call(code, stmt.value)
+        forms.add(form)
+        ops.extend(op_list)
+    return ParsedAction(tuple(ops), "pyautogui" if "pyautogui" in forms else "element")
+
+
+def _is_allowed_import(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Import) and all(a.name in _ALLOWED_IMPORTS and a.asname is None for a in stmt.names):
+        return True
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        raise ActionError(f"imports are not allowed ({ast.unparse(stmt)[:80]}); only 'import pyautogui'", "unsafe_code")
+    return False
+
+
+def _read_call(code: str, call: ast.Call) -> tuple[str, list[Op]]:
+    func = call.func
+    if isinstance(func, ast.Name) and func.id in _ELEMENT:
+        args = _bind(func.id, _ELEMENT[func.id], call, code)
+        return "element", [_element_op(func.id, args)]
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        owner, name = func.value.id, func.attr
+        if owner == "pyautogui" and name in _PYAUTOGUI:
+            if name == "hotkey":
+                if call.keywords:
+                    raise ActionError("pyautogui.hotkey takes key names only, e.g. hotkey('ctrl', 'a')", "bad_argument")
+                keys = [_literal(a, code) for a in call.args]
+                return "pyautogui", [Op("hotkey", {"keys": _keys(keys)})]
+            return "pyautogui", _pyautogui_ops(name, _bind(f"pyautogui.{name}", _PYAUTOGUI[name], call, code))
+        if owner == "time" and name == "sleep":
+            args = _bind("time.sleep", _SLEEP, call, code)
+            return "pyautogui", [Op("wait", {"seconds": _wait_seconds(args["seconds"])})]
+    shown = ast.unparse(func)[:60]
+    raise ActionError(
+        f"{shown}(...) is not an allowed action; use element actions (click, fill, press, select_option, hover, "
+        "scroll, …), pyautogui.<click|typewrite|press|hotkey|moveTo|dragTo|scroll|…>, WAIT, DONE or FAIL",
+        "unsafe_code",
+    )
+
+
+def _bind(name: str, signature: _Signature, call: ast.Call, code: str) -> dict[str, Any]:
+    params, defaults = signature
+    if len(call.args) > len(params):
+        raise ActionError(f"{name} takes at most {len(params)} arguments, got {len(call.args)}", "bad_argument")
+    values: dict[str, Any] = {}
+    for param, node in zip(params, call.args, strict=False):
+        values[param] = _literal(node, code)
+    for kw in call.keywords:
+        if kw.arg is None:
+            raise ActionError(f"{name}: **kwargs are not allowed", "unsafe_code")
+        if kw.arg not in params:
+            raise ActionError(f"{name} has no argument {kw.arg!r} (it takes {', '.join(params)})", "bad_argument")
+        if kw.arg in values:
+            raise ActionError(f"{name}: argument {kw.arg!r} given twice", "bad_argument")
+        values[kw.arg] = _literal(kw.value, code)
+    for param in params:
+        if param not in values:
+            if param not in defaults:
+                raise ActionError(f"{name} needs the argument {param!r}", "bad_argument")
+            values[param] = defaults[param]
+    return values
+
+
+def _literal(node: ast.expr, code: str, depth: int = 0) -> Any:
+    """A literal argument: a constant, a negative number, or a flat list/tuple of constants."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str | int | float | bool | type(None)):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = node.operand
+        if isinstance(inner, ast.Constant) and type(inner.value) in (int, float):
+            return -inner.value if isinstance(node.op, ast.USub) else inner.value
+    if isinstance(node, ast.List | ast.Tuple) and depth == 0 and len(node.elts) <= 64:
+        return [_literal(e, code, depth + 1) for e in node.elts]
+    raise ActionError(
+        f"arguments must be literal numbers or strings, not {type(node).__name__} ({_snippet(code, node)})",
+        "unsafe_code",
+    )
+
+
+def _snippet(code: str, node: ast.AST) -> str:
+    text = ast.get_source_segment(code, node) or ast.unparse(node)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+# -- checking values ----------------------------------------------------------------------------------------------
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ActionError(f"{what} must be a string, got {type(value).__name__}", "bad_argument")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ActionError(f"{what} is {len(value):,} characters; at most {MAX_TEXT_CHARS:,} per action", "too_long")
+    if "\0" in value:
+        raise ActionError(f"{what} holds a NUL character", "bad_argument")
+    return value
+
+
+def _bid(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,16}", value):
+        raise ActionError(f"element ids are the [N] numbers of the accessibility tree, not {value!r}", "bad_argument")
+    return value
+
+
+def number(value: Any, what: str) -> float:
+    """A finite int or float argument (``bool`` is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ActionError(f"{what} must be a number, got {value!r}", "bad_argument")
+    if abs(value) > 1e6:
+        raise ActionError(f"{what} = {value!r} is far outside the screen", "off_screen")
+    return float(value)
+
+
+def _key(value: Any) -> str:
+    if not isinstance(value, str) or value.lower() not in KEY_NAMES and value not in KEY_NAMES.values():
+        raise ActionError(f"unknown key {value!r}; use names such as 'enter', 'tab', 'ctrl', 'a', 'f5'", "bad_argument")
+    return KEY_NAMES.get(value.lower(), value)
+
+
+def _keys(values: Sequence[Any]) -> list[str]:
+    if not values or len(values) > 6:
+        raise ActionError("a key combination needs 1 to 6 key names", "bad_argument")
+    return [_key(v) for v in values]
+
+
+def _button(value: Any) -> str:
+    if value not in ("left", "right", "middle"):
+        raise ActionError(f"button must be 'left', 'right' or 'middle', got {value!r}", "bad_argument")
+    return str(value)
+
+
+def _wait_seconds(value: Any) -> float:
+    seconds = number(value, "the wait")
+    if seconds < 0:
+        raise ActionError("a wait cannot be negative", "bad_argument")
+    return min(seconds, MAX_WAIT_SECONDS)
+
+
+def _point(args: Mapping[str, Any], name: str, required: bool = False) -> dict[str, float | None]:
+    x, y = args.get("x"), args.get("y")
+    if isinstance(x, list) and y is None and len(x) == 2:  # pyautogui accepts click((x, y))
+        x, y = x
+    if x is None and y is None and not required:
+        return {"x": None, "y": None}
+    if x is None or y is None:
+        raise ActionError(f"{name} needs both x and y", "bad_argument")
+    return {"x": number(x, f"{name}: x"), "y": number(y, f"{name}: y")}
+
+
+def _element_op(name: str, args: Mapping[str, Any]) -> Op:
+    if name == "scroll":
+        return Op("scroll", {"dx": number(args["delta_x"], "delta_x"), "dy": number(args["delta_y"], "delta_y")})
+    if name == "goto":
+        return Op("goto", {"url": _text(args["url"], "the URL")})
+    if name == "send_msg_to_user":
+        return Op("send_msg_to_user", {"text": _text(args["text"], "the message")})
+    if name == "noop":
+        return Op("wait", {"seconds": _wait_seconds(number(args["wait_ms"], "wait_ms") / 1000)})
+    out: dict[str, Any] = {"bid": _bid(args["bid"])}
+    if name == "click":
+        out["button"] = _button(args["button"])
+    elif name == "fill":
+        out["value"] = _text(args["value"], "the text to fill")
+    elif name == "press":
+        combo = args["key_comb"]
+        out["keys"] = _keys(combo.split("+") if isinstance(combo, str) and len(combo) > 1 else [combo])
+    elif name == "select_option":
+        options = args["options"] if isinstance(args["options"], list) else [args["options"]]
+        out["options"] = [_text(o, "an option") for o in options]
+    return Op(name, out)
+
+
+def _pyautogui_ops(name: str, args: Mapping[str, Any]) -> list[Op]:
+    where = f"pyautogui.{name}"
+    if name in ("click", "doubleClick", "tripleClick", "rightClick", "middleClick"):
+        clicks = {"doubleClick": 2, "tripleClick": 3}.get(name, args.get("clicks", 1))
+        button = {"rightClick": "right", "middleClick": "middle"}.get(name, args.get("button", "left"))
+        count = number(clicks, "clicks")
+        if count not in (1, 2, 3):
+            raise ActionError("clicks must be 1, 2 or 3", "bad_argument")
+        return [Op("mouse_click", {**_point(args, where), "button": _button(button), "clicks": int(count)})]
+    if name == "moveTo":
+        return [Op("mouse_move", _point(args, where, required=True))]
+    if name == "dragTo":
+        return [Op("drag_to", {**_point(args, where, required=True), "button": _button(args["button"])})]
+    if name in ("mouseDown", "mouseUp"):
+        return [Op("mouse_down" if name == "mouseDown" else "mouse_up",
+                   {**_point(args, where), "button": _button(args["button"])})]  # fmt: skip
+    if name == "scroll":
+        return [Op("wheel", {**_point(args, where), "clicks": number(args["clicks"], "clicks")})]
+    if name in ("typewrite", "write"):
+        message = args["message"]
+        if isinstance(message, list):  # typewrite(['a', 'enter']) presses keys
+            return [Op("key_press", {"keys": [k]}) for k in _keys_list(message)]
+        return [Op("type_text", {"text": _text(message, "the text to type")})]
+    if name == "press":
+        keys = args["keys"] if isinstance(args["keys"], list) else [args["keys"]]
+        presses = number(args["presses"], "presses")
+        if not 1 <= presses <= 20:
+            raise ActionError("presses must be between 1 and 20", "bad_argument")
+        return [Op("key_press", {"keys": [k]}) for _ in range(int(presses)) for k in _keys_list(keys)]
+    return [Op("key_down" if name == "keyDown" else "key_up", {"key": _key(args["key"])})]
+
+
+def _keys_list(values: Sequence[Any]) -> list[str]:
+    if len(values) > 64:
+        raise ActionError("at most 64 keys in one call", "too_long")
+    return [_key(v) for v in values]
+
+
+# -- computer-use tool calls --------------------------------------------------------------------------------------
+
+_SCROLL_DIRECTIONS = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
+
+
+def _parse_tool_call(text: str) -> ParsedAction:
+    turn = parse_action(text, _TOOL_SCHEMAS, limits=ParseLimits(max_chars=MAX_ACTION_CHARS, max_calls=4))
+    if turn.errors:
+        raise ActionError(f"the computer tool call cannot be read: {turn.errors[0].message}", "bad_tool_call")
+    if not turn.calls:
+        raise ActionError("no computer tool call found; write <tool_call>{...}</tool_call>", "bad_tool_call")
+    ops = [op for call in turn.calls for op in computer_ops(call.arguments)]
+    return ParsedAction(tuple(ops), "computer_use")
+
+
+def computer_ops(args: Mapping[str, Any]) -> list[Op]:
+    """The ops of one computer-use call's arguments (``{"action": "left_click", "coordinate": [x, y]}``)."""
+    action = args.get("action")
+
+    def point(key: str = "coordinate") -> dict[str, float]:
+        value = args.get(key)
+        if not isinstance(value, list) or len(value) != 2:
+            raise ActionError(f"{action} needs {key}: [x, y]", "bad_argument")
+        return {"x": number(value[0], f"{key}[0]"), "y": number(value[1], f"{key}[1]")}
+
+    def maybe_point() -> dict[str, float | None]:
+        return point() if "coordinate" in args else {"x": None, "y": None}
+
+    clicks = {"left_click": ("left", 1), "double_click": ("left", 2), "triple_click": ("left", 3),
+              "right_click": ("right", 1), "middle_click": ("middle", 1)}  # fmt: skip
+    if action in clicks:
+        button, count = clicks[action]
+        return [Op("mouse_click", {**maybe_point(), "button": button, "clicks": count})]
+    if action == "mouse_move":
+        return [Op("mouse_move", point())]
+    if action == "left_click_drag":
+        start = [Op("mouse_move", point("start_coordinate"))] if "start_coordinate" in args else []
+        return [*start, Op("drag_to", {**point(), "button": "left"})]
+    if action in ("left_mouse_down", "left_mouse_up"):
+        return [Op("mouse_down" if action == "left_mouse_down" else "mouse_up", {**maybe_point(), "button": "left"})]
+    if action == "type":
+        return [Op("type_text", {"text": _text(args.get("text"), "text")})]
+    if action == "key":
+        keys = args.get("keys") or str(args.get("text", "")).split("+")
+        return [Op("hotkey", {"keys": _keys(keys)})]
+    if action == "scroll":
+        if "pixels" in args:
+            return [Op("wheel", {**maybe_point(), "clicks": number(args["pixels"], "pixels") / -100})]
+        direction = _SCROLL_DIRECTIONS.get(str(args.get("scroll_direction")))
+        if direction is None:
+            raise ActionError("scroll needs scroll_direction: up, down, left or right", "bad_argument")
+        amount = number(args.get("scroll_amount", 3), "scroll_amount")
+        return [Op("scroll", {"dx": direction[0] * amount * 100, "dy": direction[1] * amount * 100, **maybe_point()})]
+    if action == "wait":
+        return [Op("wait", {"seconds": _wait_seconds(args.get("duration", args.get("time", 1.0)))})]
+    if action == "screenshot":
+        return [Op("wait", {"seconds": 0.0})]
+    if action == "terminate":
+        return [Op("done" if args.get("status", "success") == "success" else "fail")]
+    raise ActionError(f"unknown computer action {action!r}", "bad_argument")

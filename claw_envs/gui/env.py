@@ -1,0 +1,306 @@
+"""``claw/GUI-v0``: operate a real screen — a headless Chromium page or an Xvfb desktop — to reach a goal.
+
+Each turn the agent writes one action (:mod:`.actions`: an element action over the tree's ids such as
+``click('12')``, pyautogui code such as ``pyautogui.click(300, 200)``, or a ``computer`` tool call), or ``DONE``
+when the task is finished (``FAIL`` when it cannot be). Actions are parsed against a whitelist, never run as
+Python; the backend (:mod:`.browser` or :mod:`.desktop`, chosen by the task) carries them out.
+
+Observation (a dict): ``screenshot`` (uint8, height x width x 3), ``a11y`` (the accessibility tree, one
+``[id] role "name"`` line per element), ``url``, ``title`` (the window's title on the desktop) and ``error``
+(what went wrong with the last action, or empty). Text policies read the same as chat messages.
+
+Step signals (``info["next_state"]``, see :mod:`.signals`): ``role="environment"``, the text is the new screen
+(title, URL, tree, error, app messages), ``image`` the new screenshot (PNG); ``evaluative`` -1 for an action that
+could not be read, targeted nothing or changed nothing, 0 with the app's message as ``directive``, +0.5 for a
+change; at ``DONE``/``FAIL`` or the step limit (the task's ``max_steps``, 15) the task's check reads the app's
+real state: ``outcome`` 1.0/0.0, ``reward`` the same. MiniWoB++ pages end the episode themselves when their
+``WOB_DONE_GLOBAL`` is set. ``judge_inputs``: task, history, action, result (the tree after the action) and the
+screenshots before and after (``image_before``, ``image_after``). A page that hangs or a renderer that crashes is
+``info["status"] == "browser_failure"``; the next episode starts clean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from claw_envs.core import (
+    ClawEnv,
+    Evaluative,
+    InfraFailure,
+    Message,
+    NextState,
+    Opening,
+    Transition,
+    UnicodeText,
+    step_history,
+)
+from claw_envs.gui.actions import ActionError, Op, ParsedAction, parse
+from claw_envs.gui.screen import Screen
+from claw_envs.gui.signals import PASSIVE_OPS, screen_text, step_signal, verdict
+from claw_envs.gui.tasks import APPS, DEFAULT_MAX_STEPS, builtin_tasks, check, load_tasks, resolve_step
+from claw_envs.tasks import Task, TaskSource
+
+SYSTEM_PROMPT = """\
+You operate a screen to do a task. Each turn you see the screen as a tree: one element per line, \
+[id] role "name" and its state. Reply with ONE action:
+click('12')  fill('12', 'text')  press('12', 'Enter')  select_option('12', 'Option')  hover('12')  scroll(0, 300)
+or pyautogui code with screen coordinates: pyautogui.click(300, 200), pyautogui.typewrite('text'), \
+pyautogui.press('enter'), pyautogui.dragTo(400, 300).
+When the task is finished reply DONE (FAIL if it cannot be done). You have {steps} steps."""
+
+READ_MESSAGES_JS = "window.claw && window.claw.take ? window.claw.take() : []"
+READ_STATE_JS = "window.clawState ? window.clawState() : null"
+
+
+class GUIEnv(ClawEnv):
+    """GUI tasks on a real browser or desktop; see the module docstring for observations and signals.
+
+    ``task_dir`` reads a folder of MiniWoB++-style pages instead of the built-in tasks (each task names its
+    backend, ``browser`` or ``desktop``); ``viewport`` is the screen size; ``step_timeout`` the deadline of any one browser or desktop call (past it the page counts as hung: ``browser_failure``).
+    """
+
+    default_max_turns = DEFAULT_MAX_STEPS
+
+    def __init__(
+        self,
+        tasks: TaskSource | None = None,
+        *,
+        split: str = "train",
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+        task_dir: str | None = None,
+        viewport: tuple[int, int] = (800, 600),
+        step_timeout: float = 10.0,
+    ):
+        if tasks is None and task_dir is not None:
+            tasks = load_tasks(task_dir, split=split)
+        super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
+        self._fixed_max_turns = max_turns
+        self.viewport = (int(viewport[0]), int(viewport[1]))
+        self.step_timeout = step_timeout
+        width, height = self.viewport
+        self.observation_space = spaces.Dict(
+            {
+                "screenshot": spaces.Box(0, 255, (height, width, 3), dtype="uint8"),
+                "a11y": UnicodeText(),
+                "url": UnicodeText(),
+                "title": UnicodeText(),
+                "error": UnicodeText(),
+            }
+        )
+        self._backends: dict[str, Any] = {}
+        self._backend: Any = None
+        self._screen: Screen | None = None
+        self._instruction = ""
+        self._sent: list[str] = []
+
+    @classmethod
+    def default_tasks(cls, split: str = "train") -> TaskSource:
+        return builtin_tasks(split)
+
+    # -- backends --------------------------------------------------------------------------------------
+
+    def _backend_for(self, kind: str) -> Any:
+        if kind not in self._backends:
+            if kind == "browser":
+                from claw_envs.gui.browser import BrowserBackend
+
+                self._backends[kind] = BrowserBackend(self.viewport, timeout=self.step_timeout)
+            elif kind == "desktop":
+                from claw_envs.gui.desktop import DesktopBackend
+
+                self._backends[kind] = DesktopBackend(self.viewport, timeout=self.step_timeout)
+            else:
+                raise ValueError(f"unknown GUI backend {kind!r} (browser or desktop)")
+        return self._backends[kind]
+
+    async def aclose(self) -> None:
+        for backend in self._backends.values():
+            await backend.aclose()
+        self._backends.clear()
+        self._backend = None
+
+    # -- episode ---------------------------------------------------------------------------------------
+
+    def opening_messages(self, instruction: str, screen: Screen) -> list[Message]:
+        """The system prompt (the action forms) and the task with the first screen."""
+        system = SYSTEM_PROMPT.format(steps=self.max_turns)
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Task: {instruction}\n\n{screen_text(screen)}"},
+        ]
+
+    async def _begin(self, task: Task) -> Opening:
+        kind = str(task.data.get("backend", "browser"))
+        backend = self._backend_for(kind)
+        if self._backend is not None and self._backend is not backend:
+            await self._backend.end_episode()
+        self._backend = backend
+        self.max_turns = self._fixed_max_turns or int(task.data.get("max_steps", DEFAULT_MAX_STEPS))
+        self._sent = []
+        if "miniwob" in task.data:
+            from claw_envs.gui.miniwob import start_episode
+
+            self._instruction = await start_episode(backend, task)
+        else:
+            await self._open_app(backend, task)
+            self._instruction = str(task.data["instruction"])
+            await backend.evaluate(READ_MESSAGES_JS)
+        self._screen = await backend.observe()
+        messages = self.opening_messages(self._instruction, self._screen)
+        return Opening(self._observation(self._screen, ""), messages, {"instruction": self._instruction})
+
+    async def _open_app(self, backend: Any, task: Task) -> None:
+        if backend.kind == "desktop":
+            await backend.open(str(task.data["app"]))
+            return
+        from claw_envs.gui.server import serve
+
+        query = str(task.data.get("query") or "")
+        url = serve(Path(str(APPS))) + str(task.data["app"]) + (f"?{query}" if query else "")
+        await backend.open(url)
+
+    async def _act(self, action: str) -> Transition:
+        before = self._require_screen()
+        try:
+            parsed: ParsedAction | None = parse(action)
+        except ActionError as err:
+            parsed, error = None, err
+        else:
+            error = None
+        if parsed is not None and parsed.ends_episode:
+            return await self._finish(action, before, gave_up=any(op.name == "fail" for op in parsed.ops))
+        if parsed is not None:
+            error = await self._perform(parsed.ops, before)
+        backend = self._backend
+        blocked = backend.take_blocked()
+        messages = [str(m) for m in await backend.evaluate(READ_MESSAGES_JS) or []]
+        after = await backend.observe()
+        self._screen = after
+        passive = parsed is not None and all(op.name in PASSIVE_OPS for op in parsed.ops)
+        signal = step_signal(
+            error=error,
+            changed=after.fingerprint != before.fingerprint,
+            passive=passive,
+            messages=messages,
+            blocked=blocked,
+        )
+        text = screen_text(after, error=signal.error, messages=messages)
+        ns = NextState(
+            text=text,
+            evaluative=signal.evaluative,
+            directive=signal.directive,
+            image=after.png,
+            judge_inputs=self._judge_inputs(action, before, after),
+        )
+        tr = Transition(observation=self._observation(after, signal.error or ""), next_state=ns)
+        if "miniwob" in self.task.data:
+            from claw_envs.gui.miniwob import episode_result
+
+            result = await episode_result(backend)
+            if result is not None:
+                return self._ended(tr, *result)
+        if self.step_index >= self.max_turns:  # the base class truncates here: the check decides the outcome
+            solved, missing, reason = await self._check()
+            evaluative, _ = verdict(missing, solved=solved, reason=reason)
+            tags = (*ns.evaluative.tags, *evaluative.tags)
+            tr.next_state = dataclasses.replace(ns, evaluative=Evaluative(ns.evaluative.score, tags), outcome=float(solved))
+            tr.reward = float(solved)
+        return tr
+
+    async def _perform(self, ops: tuple[Op, ...], screen: Screen) -> ActionError | None:
+        for op in ops:
+            if op.name == "send_msg_to_user":
+                self._sent.append(str(op.args["text"]))
+                continue
+            try:
+                await self._backend.perform(op, screen)
+            except ActionError as err:
+                return err
+        return None
+
+    async def _finish(self, action: str, before: Screen, *, gave_up: bool) -> Transition:
+        solved, missing, reason = await self._check()
+        evaluative, directive = verdict(missing, solved=solved, reason=reason)
+        word = "FAIL" if gave_up else "DONE"
+        text = f"{word}: the task is {'done' if solved else 'not done'}." + (f"\n{directive}" if directive else "")
+        ns = NextState(
+            text=text,
+            evaluative=evaluative,
+            directive=directive,
+            outcome=float(solved),
+            image=before.png,
+            judge_inputs=self._judge_inputs(action, before, before, result=text),
+        )
+        await self._backend.end_episode()
+        return Transition(self._observation(before, ""), ns, reward=float(solved), terminated=True)
+
+    def _ended(self, tr: Transition, solved: bool, reason: str) -> Transition:
+        evaluative, directive = verdict([], solved=solved, reason=reason)
+        ns = dataclasses.replace(
+            tr.next_state, evaluative=evaluative, directive=directive or tr.next_state.directive, outcome=float(solved)
+        )
+        return Transition(tr.observation, ns, reward=float(solved), terminated=True, info={"reason": reason})
+
+    async def _check(self) -> tuple[bool, list[str], str]:
+        """Whether the app's real state is as the task asks: (solved, keys not as asked, the page's reason)."""
+        if "miniwob" in self.task.data:
+            from claw_envs.gui.miniwob import episode_result
+
+            result = await episode_result(self._backend)
+            solved, reason = result if result is not None else (False, "the page's episode is not over")
+            return solved, [], reason
+        missing = check(dict(self.task.data["expect"]), await self._backend.evaluate(READ_STATE_JS))
+        return not missing, missing, ""
+
+    # -- observation and judge inputs ------------------------------------------------------------------
+
+    def _require_screen(self) -> Screen:
+        if self._screen is None:
+            raise InfraFailure("the episode has no screen yet")
+        return self._screen
+
+    def _observation(self, screen: Screen, error: str) -> dict[str, Any]:
+        image = screen.array()
+        if image.shape != self.observation_space["screenshot"].shape:
+            raise InfraFailure(f"the screenshot is {image.shape}, expected {self.observation_space['screenshot'].shape}")
+        return {"screenshot": image, "a11y": screen.tree, "url": screen.url, "title": screen.title, "error": error}
+
+    def _failure_observation(self, message: str) -> Any:
+        width, height = self.viewport
+        blank = np.zeros((height, width, 3), dtype=np.uint8)
+        return {"screenshot": blank, "a11y": "", "url": "", "title": "", "error": f"[infrastructure failure] {message}"}
+
+    def _judge_inputs(self, action: str, before: Screen, after: Screen, result: str | None = None) -> dict[str, Any]:
+        """What ``prompts/prm_gui.jinja`` needs, plus both screenshots for a judge that compares them."""
+        return {
+            "task": self._instruction,
+            "history": step_history(self.messages[:-1]),
+            "action": action,
+            "result": result if result is not None else after.tree,
+            "image_before": before.png,
+            "image_after": after.png,
+        }
+
+    # -- scripted agents -------------------------------------------------------------------------------
+
+    def reference_action(self) -> str | None:
+        """The task's next oracle step, its element slots filled from the current screen, then ``DONE``."""
+        if self.task is None or self._screen is None:
+            return None
+        oracle = list(self.task.data.get("oracle") or [])
+        if not oracle:
+            return None
+        done = self.step_index
+        if done < len(oracle):
+            return resolve_step(oracle[done], self._screen)
+        return "DONE"
+
+    def null_action(self) -> str | None:
+        """Say ``DONE`` without doing anything."""
+        return "DONE"
