@@ -177,9 +177,7 @@ _FENCE = re.compile(r"\A```[a-zA-Z]*\s*\n(?P<body>.*?)\n?```\s*\Z", re.S)
 def parse(text: str) -> ParsedAction:
     """The ops of one raw action text; raises :class:`ActionError` with a message for the agent."""
     if len(text) > MAX_ACTION_CHARS:
-        raise ActionError(
-            f"the action is {len(text):,} characters long; the limit is {MAX_ACTION_CHARS:,}", "too_long"
-        )
+        raise ActionError(f"the action is {len(text):,} characters long; the limit is {MAX_ACTION_CHARS:,}", "too_long")
     stripped = text.strip()
     if not stripped:
         raise ActionError("the action is empty: write one action, e.g. click('12') or DONE", "empty")
@@ -332,7 +330,7 @@ def number(value: Any, what: str) -> float:
 
 
 def _key(value: Any) -> str:
-    if not isinstance(value, str) or value.lower() not in KEY_NAMES and value not in KEY_NAMES.values():
+    if not isinstance(value, str) or (value.lower() not in KEY_NAMES and value not in KEY_NAMES.values()):
         raise ActionError(f"unknown key {value!r}; use names such as 'enter', 'tab', 'ctrl', 'a', 'f5'", "bad_argument")
     return KEY_NAMES.get(value.lower(), value)
 

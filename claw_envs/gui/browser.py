@@ -14,6 +14,7 @@ Playwright is imported only when the first browser starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable
 from importlib import resources
@@ -69,6 +70,7 @@ class BrowserBackend:
         self._origin = ""
         self._folder: Path | None = None
         self._mouse = (0.0, 0.0)
+        self._closing: set[asyncio.Future[Any]] = set()
         self.blocked: list[str] = []
         """Requests refused since the last :meth:`take_blocked` (URLs)."""
 
@@ -147,10 +149,8 @@ class BrowserBackend:
             return  # made on another (finished) loop: its process went away with that loop's driver
         for closer in (browser.close if browser else None, playwright.stop if playwright else None):
             if closer is not None:
-                try:
+                with contextlib.suppress(Exception):  # already gone
                     await asyncio.wait_for(closer(), 10.0)
-                except Exception:  # already gone
-                    pass
 
     # -- guarding ------------------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ class BrowserBackend:
 
     def _on_popup(self, page: Any) -> None:
         if page is not self._page:  # one page per episode: popups and new tabs are closed
-            asyncio.ensure_future(page.close())
+            self._closing.add(asyncio.ensure_future(page.close()))
 
     def take_blocked(self) -> list[str]:
         """The URLs refused since the last call (and forget them)."""
@@ -196,7 +196,9 @@ class BrowserBackend:
             ) from None
         except Exception as err:
             if _is_playwright_error(err) and self._dead(err):
-                raise InfraFailure(f"the browser failed to {what}: {_first_line(err)}", StepStatus.BROWSER_FAILURE) from None
+                raise InfraFailure(
+                    f"the browser failed to {what}: {_first_line(err)}", StepStatus.BROWSER_FAILURE
+                ) from None
             raise
 
     def _dead(self, err: BaseException) -> bool:

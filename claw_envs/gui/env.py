@@ -61,7 +61,8 @@ class GUIEnv(ClawEnv):
     """GUI tasks on a real browser or desktop; see the module docstring for observations and signals.
 
     ``task_dir`` reads a folder of MiniWoB++-style pages instead of the built-in tasks (each task names its
-    backend, ``browser`` or ``desktop``); ``viewport`` is the screen size; ``step_timeout`` the deadline of any one browser or desktop call (past it the page counts as hung: ``browser_failure``).
+    backend, ``browser`` or ``desktop``); ``viewport`` is the screen size; ``step_timeout`` the deadline of any
+    one browser or desktop call (past it the page counts as hung: ``browser_failure``).
     """
 
     default_max_turns = DEFAULT_MAX_STEPS
@@ -209,7 +210,9 @@ class GUIEnv(ClawEnv):
             solved, missing, reason = await self._check()
             evaluative, _ = verdict(missing, solved=solved, reason=reason)
             tags = (*ns.evaluative.tags, *evaluative.tags)
-            tr.next_state = dataclasses.replace(ns, evaluative=Evaluative(ns.evaluative.score, tags), outcome=float(solved))
+            tr.next_state = dataclasses.replace(
+                ns, evaluative=Evaluative(ns.evaluative.score, tags), outcome=float(solved)
+            )
             tr.reward = float(solved)
         return tr
 
@@ -268,7 +271,9 @@ class GUIEnv(ClawEnv):
     def _observation(self, screen: Screen, error: str) -> dict[str, Any]:
         image = screen.array()
         if image.shape != self.observation_space["screenshot"].shape:
-            raise InfraFailure(f"the screenshot is {image.shape}, expected {self.observation_space['screenshot'].shape}")
+            raise InfraFailure(
+                f"the screenshot is {image.shape}, expected {self.observation_space['screenshot'].shape}"
+            )
         return {"screenshot": image, "a11y": screen.tree, "url": screen.url, "title": screen.title, "error": error}
 
     def _failure_observation(self, message: str) -> Any:

@@ -18,7 +18,7 @@ _LOCK = threading.Lock()
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     """Static files, no request log, no caching (every episode sees the file as shipped)."""
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         return
 
     def end_headers(self) -> None:

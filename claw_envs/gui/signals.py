@@ -48,7 +48,9 @@ def step_signal(
     """The signal of a step that did not end the episode (see the module docstring)."""
     if blocked:
         shown = ", ".join(blocked[:3]) + (" …" if len(blocked) > 3 else "")
-        error = error or ActionError(f"blocked requests to {shown}: only the task's own pages can be reached", "blocked")
+        error = error or ActionError(
+            f"blocked requests to {shown}: only the task's own pages can be reached", "blocked"
+        )
     if error is not None:
         return StepSignal(Evaluative(-1.0, (error.tag,)), _directive_for(error), str(error))
     if messages:

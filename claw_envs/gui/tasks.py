@@ -68,7 +68,7 @@ def _builtin() -> list[Task]:
     todo_done = [{"text": "Buy milk", "done": True}, {"text": "Call Bob", "done": False},
                  {"text": "Water plants", "done": False}]  # fmt: skip
     return [
-        _task("form-ann", "train", "form.html", *_form("Ann Lee", "ann@example.com", "Billing", "Invoice 42 is missing")),
+        _task("form-ann", "train", "form.html", *_form("Ann Lee", "ann@example.com", "Billing", "Invoice 42 missing")),
         _task("form-raj", "test", "form.html", *_form("Raj Patel", "raj@example.org", "Support", "The app crashes")),
         _task("todo-water", "train", "todo.html", "Add the task 'Water plants' and mark 'Buy milk' as done.",
               {"items": todo_done},
