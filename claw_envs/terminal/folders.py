@@ -232,7 +232,7 @@ def _run_problem(command: str) -> str | None:
             continue
         program = posixpath.basename(part.split()[0])
         if program not in LOCAL_RUN_PROGRAMS:
-            return f"runs {program}, which needs the image build (the docker backend)"
+            return f"runs {program}, which only an image build can do"
     return None
 
 

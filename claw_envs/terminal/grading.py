@@ -35,8 +35,8 @@ LOGS_INSIDE = "/logs/verifier"
 _RESULT_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) (\S+)", re.M)
 _NETWORK = re.compile(r"Could not resolve host|Temporary failure in name resolution|Network is unreachable", re.I)
 _INSTALL = re.compile(
-    r"^(?:sudo )?(?:apt-get|apt|apk|yum|dnf|curl|wget|pip3?|uv|python3? -m pip|source|\.|export PATH=)\b"
-    r"|^(?:uv|uvx) (?:venv|pip|init|add|sync)\b"
+    r"^(?:sudo )?(?:apt-get|apt|apk|yum|dnf|curl|wget|pip3?|python3? -m pip|source|\.|export PATH=)\b"
+    r"|^uv (?:venv|pip|init|add|sync|python install)\b"
 )
 _BENIGN = re.compile(r"^(?:set [-+]\w+|cd |echo |if |then|else|fi|exit\b|mkdir |\w+=\S*$)")
 _PYTEST = re.compile(r"(?:^|\s)(?:python3? -m )?pytest(?:==\S+)?(?=\s|$)")
@@ -93,10 +93,10 @@ class Verdict:
         if grade.source == "pytest" or counted:
             tag = f"tests={grade.passed}/{len(counted)}"
             text = f"Tests: {grade.passed} of {len(counted)} passed."
+            if grade.source != "pytest":
+                text += f" Reward {grade.outcome:g} (from {grade.source})."
         else:
-            tag, text = f"reward={grade.outcome:g}", "Tests: done."
-        if grade.source != "pytest":
-            text += f" Reward {grade.outcome:g}."
+            tag, text = f"reward={grade.outcome:g}", f"Tests: reward {grade.outcome:g} (from {grade.source})."
         if failing:
             text += (
                 " Failing: " + ", ".join(failing[:10]) + (f" and {len(failing) - 10} more" if len(failing) > 10 else "")
@@ -141,10 +141,11 @@ def offline_command(script: str, python: str) -> str | None:
     """The offline equivalent of a test script that only installs a test runner and runs pytest, or ``None``."""
     pytest_lines = []
     for line in _logical_lines(script):
-        if _PYTEST.search(line):
-            pytest_lines.append(line)
-        elif not (_INSTALL.search(line) or _BENIGN.search(line)):
+        if _INSTALL.search(line) or _BENIGN.search(line):
+            continue
+        if not _PYTEST.search(line):
             return None
+        pytest_lines.append(line)
     if len(pytest_lines) != 1:
         return None
     words = shlex.split(pytest_lines[0].split(";")[0].split("&&")[-1].split("||")[0], posix=True)
@@ -160,7 +161,7 @@ def offline_command(script: str, python: str) -> str | None:
             targets.append(re.sub(r"^\$\{?TEST_DIR\}?", TESTS_INSIDE, word).replace("//", "/"))
     targets = [t if t.startswith("/") else f"{TESTS_INSIDE}/{t.removeprefix('tests/')}" for t in targets]
     quoted = " ".join(shlex.quote(t) for t in targets or [TESTS_INSIDE])
-    return f"{shlex.quote(python)} -m pytest -rA --color=no -p no:cacheprovider {quoted}"
+    return f"{shlex.quote(python)} -m pytest -rA --color=no -p no:cacheprovider --rootdir={TESTS_INSIDE} {quoted}"
 
 
 async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float, max_chars: int = 4000) -> Grade:
@@ -185,7 +186,7 @@ async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float
     output = (done.stdout + done.stderr)[-max_chars:]
     if done.timed_out:
         raise InfraFailure(f"the tests did not finish within {timeout:g} s (the task's verifier timeout)")
-    results = dict((name, status) for status, name in _RESULT_LINE.findall(done.stdout))
+    results = {_test_name(name): status for status, name in _RESULT_LINE.findall(done.stdout)}
     said = f"`{command}` exited {done.returncode}; its output ends: {output[-600:]}"
     if data["format"] == "harbor" and not offline:
         reward = _reward(logs)
@@ -195,11 +196,16 @@ async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float
         return Grade(reward, results, "reward.txt", None, output)
     counted = {k: v for k, v in results.items() if v != "SKIPPED"}
     if not counted:
-        why = "needs the network" if _NETWORK.search(output) else "reported no test results"
+        why = "need the network" if _NETWORK.search(output) else "reported no test results"
         raise InfraFailure(f"the tests {why}: {said}")
     passed = sum(v in ("PASSED", "XFAIL") for v in counted.values())
     note = f"the test script only installs a test runner and runs pytest; ran `{command}` instead" if offline else None
     return Grade(passed / len(counted), results, "pytest", note, output)
+
+
+def _test_name(name: str) -> str:
+    """A test's id without the way up from the workdir to the tests (``../tests/test_x.py::t`` -> ``test_x.py::t``)."""
+    return re.sub(r"^(?:\.\./)*(?:tests/)?", "", name)
 
 
 def _reward(logs: Path) -> float | None:
