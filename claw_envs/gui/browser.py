@@ -35,6 +35,8 @@ CHROMIUM_FLAGS = (
     "--no-first-run",
     "--disable-dev-shm-usage",
 )
+READ_MESSAGES_JS = "window.claw && window.claw.take ? window.claw.take() : []"
+READ_STATE_JS = "window.clawState ? window.clawState() : null"
 TREE_JS = resources.files("claw_envs.gui").joinpath("tree.js").read_text(encoding="utf-8")
 _T = TypeVar("_T")
 
@@ -238,6 +240,14 @@ class BrowserBackend:
             raise
         except Exception as err:
             raise InfraFailure(f"cannot read the page's state: {_first_line(err)}", StepStatus.BROWSER_FAILURE) from err
+
+    async def app_state(self) -> Any:
+        """The app's real state, ``window.clawState()`` (what the task's check reads)."""
+        return await self.evaluate(READ_STATE_JS)
+
+    async def take_messages(self) -> list[str]:
+        """Messages the page posted with ``claw.say`` since the last call."""
+        return [str(m) for m in await self.evaluate(READ_MESSAGES_JS) or []]
 
     async def _settle(self) -> None:
         """Wait for a navigation the last action started to finish loading."""

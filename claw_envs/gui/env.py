@@ -53,9 +53,6 @@ or pyautogui code with screen coordinates: pyautogui.click(300, 200), pyautogui.
 pyautogui.press('enter'), pyautogui.dragTo(400, 300).
 When the task is finished reply DONE (FAIL if it cannot be done). You have {steps} steps."""
 
-READ_MESSAGES_JS = "window.claw && window.claw.take ? window.claw.take() : []"
-READ_STATE_JS = "window.clawState ? window.clawState() : null"
-
 
 class GUIEnv(ClawEnv):
     """GUI tasks on a real browser or desktop; see the module docstring for observations and signals.
@@ -151,7 +148,7 @@ class GUIEnv(ClawEnv):
         else:
             await self._open_app(backend, task)
             self._instruction = str(task.data["instruction"])
-            await backend.evaluate(READ_MESSAGES_JS)
+            await backend.take_messages()  # what the app said while loading is no answer to an action
         self._screen = await backend.observe()
         messages = self.opening_messages(self._instruction, self._screen)
         return Opening(self._observation(self._screen, ""), messages, {"instruction": self._instruction})
@@ -180,7 +177,7 @@ class GUIEnv(ClawEnv):
             error = await self._perform(parsed.ops, before)
         backend = self._backend
         blocked = backend.take_blocked()
-        messages = [str(m) for m in await backend.evaluate(READ_MESSAGES_JS) or []]
+        messages = await backend.take_messages()
         after = await backend.observe()
         self._screen = after
         passive = parsed is not None and all(op.name in PASSIVE_OPS for op in parsed.ops)
@@ -258,7 +255,7 @@ class GUIEnv(ClawEnv):
             result = await episode_result(self._backend)
             solved, reason = result if result is not None else (False, "the page's episode is not over")
             return solved, [], reason
-        missing = check(dict(self.task.data["expect"]), await self._backend.evaluate(READ_STATE_JS))
+        missing = check(dict(self.task.data["expect"]), await self._backend.app_state())
         return not missing, missing, ""
 
     # -- observation and judge inputs ------------------------------------------------------------------
