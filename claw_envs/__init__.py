@@ -21,9 +21,9 @@ from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource
 
 
 def _register_builtins() -> None:
-    from claw_envs import conversation, echo, gui, terminal, toolcall
+    from claw_envs import conversation, echo, gui, swe, terminal, toolcall
 
-    for family in (echo, conversation, toolcall, terminal, gui):
+    for family in (echo, conversation, toolcall, terminal, gui, swe):
         register(family.SPEC)
 
 

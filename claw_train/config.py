@@ -68,6 +68,8 @@ class RolloutConfig:
     """Simulated user of personal-track envs that take one (a built-in name or a YAML file)."""
     env_kwargs: dict[str, str] = field(default_factory=dict)
     """Extra env constructor arguments, KEY VALUE pairs (values read as YAML scalars)."""
+    repos: str | None = None
+    """Repository source of envs that take one: a directory of owner__name clones or a git URL template."""
     temperature: float = 1.0
     """Sampling temperature (training needs > 0)."""
     max_new_tokens: int | None = None
@@ -208,6 +210,9 @@ class EvalArgs:
     evaluation: EvalSection = field(default_factory=EvalConfig)
     responses: Path | None = None
     """Grade a JSONL of precomputed responses instead of running a policy (families that support it)."""
+    predictions: Path | None = None
+    """Grade a predictions file (instance_id, model_patch, model_name_or_path; JSONL or a JSON list) instead of
+    running a policy (families that support it)."""
     config: Path | None = None
     """YAML file with any of these options by underscored name."""
 

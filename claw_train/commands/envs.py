@@ -73,9 +73,13 @@ def demo(
 def check(
     env: Annotated[str, typer.Argument(help="Family name or env id, e.g. terminal or claw/SWE-v0.")],
     tasks: Annotated[
-        str | None, typer.Option(help="Tasks to check instead of the built-in ones (file, folder, dataset).")
+        str | None,
+        typer.Option("--tasks", "--dataset", help="Tasks to check instead of the built-in ones (file, folder, id)."),
     ] = None,
     split: Annotated[str, typer.Option(help="train | test | all.")] = "all",
+    repos: Annotated[
+        str | None, typer.Option(help="Repository source, for envs that take one (a directory or a URL template).")
+    ] = None,
     env_kwarg: Annotated[
         list[str] | None, typer.Option("--env-kwarg", help="KEY=VALUE passed to the env (value read as YAML).")
     ] = None,
@@ -99,6 +103,8 @@ def check(
     if any(not sep or not key for key, sep, _ in pairs):
         raise typer.BadParameter("each --env-kwarg is KEY=VALUE", param_hint="--env-kwarg")
     kwargs = yaml_values({key: value for key, _, value in pairs})
+    if repos is not None:
+        kwargs["repos"] = repos
     try:
         spec = spec_for(env)
         sources = [tasks_for(spec, tasks, name) for name in (("train", "test") if split == "all" else (split,))]

@@ -27,6 +27,7 @@ examples:
   claw-eval --env conversation --persona student --eval-n 32
   claw-eval --env toolcall --tasks aime2024 --eval-k 8 --policy openai://127.0.0.1:30000 --model Qwen/Qwen3-4B
   claw-eval --env toolcall --tasks aime2024 --responses answers.jsonl
+  claw-eval --env swe --predictions predictions.jsonl
   claw-eval --env terminal --model runs/terminal-combined/checkpoints/checkpoint-16
 """
 
@@ -70,7 +71,7 @@ def _extension(args: EvalArgs, spec: Any) -> Any:
     from claw_train.evaluation.runner import env_options, extension_for
 
     try:
-        return extension_for(spec, env_options(spec, {"persona": args.rollout.persona}))
+        return extension_for(spec, env_options(spec, vars(args.rollout)))
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(str(err)) from None
 
@@ -82,11 +83,14 @@ def _report(args: EvalArgs, spec: Any, tasks: Any, console: Console) -> Any:
 
     ext = _extension(args, spec)
     ev = args.evaluation
-    if args.responses is not None:
-        try:
-            return grade_file(ext, args.responses, tasks, ev.eval_k, ev.eval_seed)
-        except ValueError as err:
-            raise ConfigError(f"--responses: {err}") from None
+    if args.responses is not None and args.predictions is not None:
+        raise ConfigError("give --responses or --predictions, not both")
+    for flag, path in (("--responses", args.responses), ("--predictions", args.predictions)):
+        if path is not None:
+            try:
+                return grade_file(ext, path, tasks, ev.eval_k, ev.eval_seed)
+            except ValueError as err:
+                raise ConfigError(f"{flag}: {err}") from None
     policy = _policy(args, spec, ext, tasks)
     sampling = SamplingParams(max_new_tokens=args.rollout.max_new_tokens, temperature=args.rollout.temperature)
     total = len(ext.select(tasks, ev.eval_n)) * ev.eval_k
