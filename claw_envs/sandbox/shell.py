@@ -209,7 +209,7 @@ class PersistentShell:
             stream.flush()
         where = f" in {self.cwd}" if self.cwd else ""
         if timed_out:
-            what = f"the command ran longer than {timeout:g} s, so the shell was killed with everything it started"
+            what = "the shell was killed with everything it started"
         else:
             what = f"the shell itself exited (status {code}: an `exit`, an `exec` or a kill ends it)"
         note = (

@@ -201,7 +201,7 @@ class TerminalEnv(ClawEnv):
         return tr
 
     async def _command_turn(self, action: str, turn: Turn) -> Transition:
-        timeout = min(self.command_timeout, self._agent_time_left())
+        timeout = min(self.command_timeout, max(round(self._agent_time_left(), 1), 0.1))
         run = await self._exec_agent(turn.command, timeout)
         self._commands += 1
         self._agent_seconds += run.result.duration

@@ -32,6 +32,7 @@ from claw_envs.sandbox import Bind, Sandbox, SandboxError
 
 TESTS_INSIDE = "/tests"
 LOGS_INSIDE = "/logs/verifier"
+_SUMMARY = re.compile(r"^=+ short test summary info =+$", re.M)
 _RESULT_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) (\S+)", re.M)
 _NETWORK = re.compile(r"Could not resolve host|Temporary failure in name resolution|Network is unreachable", re.I)
 _INSTALL = re.compile(
@@ -161,7 +162,7 @@ def offline_command(script: str, python: str) -> str | None:
             targets.append(re.sub(r"^\$\{?TEST_DIR\}?", TESTS_INSIDE, word).replace("//", "/"))
     targets = [t if t.startswith("/") else f"{TESTS_INSIDE}/{t.removeprefix('tests/')}" for t in targets]
     quoted = " ".join(shlex.quote(t) for t in targets or [TESTS_INSIDE])
-    return f"{shlex.quote(python)} -m pytest -rA --color=no -p no:cacheprovider --rootdir={TESTS_INSIDE} {quoted}"
+    return f"{shlex.quote(python)} -P -m pytest -rA --color=no -p no:cacheprovider --rootdir={TESTS_INSIDE} {quoted}"
 
 
 async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float, max_chars: int = 4000) -> Grade:
@@ -186,7 +187,7 @@ async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float
     output = (done.stdout + done.stderr)[-max_chars:]
     if done.timed_out:
         raise InfraFailure(f"the tests did not finish within {timeout:g} s (the task's verifier timeout)")
-    results = {_test_name(name): status for status, name in _RESULT_LINE.findall(done.stdout)}
+    results = pytest_results(done.stdout)
     said = f"`{command}` exited {done.returncode}; its output ends: {output[-600:]}"
     if data["format"] == "harbor" and not offline:
         reward = _reward(logs)
@@ -201,6 +202,16 @@ async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float
     passed = sum(v in ("PASSED", "XFAIL") for v in counted.values())
     note = f"the test script only installs a test runner and runs pytest; ran `{command}` instead" if offline else None
     return Grade(passed / len(counted), results, "pytest", note, output)
+
+
+def pytest_results(output: str) -> dict[str, str]:
+    """Per-test statuses from the last ``short test summary info`` section of pytest ``-rA`` output (lines printed
+    by the code under test come before it, so they cannot pose as results)."""
+    headers = list(_SUMMARY.finditer(output))
+    if not headers:
+        return {}
+    section = output[headers[-1].end() :]
+    return {_test_name(name): status for status, name in _RESULT_LINE.findall(section)}
 
 
 def _test_name(name: str) -> str:

@@ -260,7 +260,7 @@ def load_folders(path: Path, *, split: str = "test") -> TaskList:
     strays = [p.name for p in entries if not is_task_folder(p)]
     if strays:
         raise ValueError(
-            f"{path}: {', '.join(strays[:5])} are not task folders (no task.toml, task.yaml or instruction.md)"
+            f"{path}: {', '.join(strays[:5])}: not task folders (no task.toml, task.yaml or instruction.md)"
         )
     if not entries:
         raise ValueError(f"{path}: no task folders in it (and it is not one)")
