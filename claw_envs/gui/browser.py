@@ -1,12 +1,12 @@
 """The ``browser`` backend: the system Chromium, headless, driven by Playwright.
 
 One browser per backend (one per env, so one per pool worker), one fresh browser context per episode, so a
-reset is a new context and a page load (no cookies, storage or history carried over). Every request a page
-makes goes through a route handler that lets through only the task's own origin (the loopback server, or
-``file://`` paths inside the task's folder); anything else is aborted and reported to the agent. Every call
-into the browser has a deadline: a page that hangs or a renderer that crashes is an
-:class:`~claw_envs.core.InfraFailure` (``browser_failure``), and the next episode starts on a clean context
-(a new browser if the old one died).
+reset is a new context (made in the background while the previous episode ran) and a page load (no cookies,
+storage or history carried over). Every request a page makes goes through a route handler that lets through
+only the task's own origin (the loopback server, or ``file://`` paths inside the task's folder); anything
+else is aborted and reported to the agent. Every call into the browser has a deadline: a page that hangs or a
+renderer that crashes is an :class:`~claw_envs.core.InfraFailure` (``browser_failure``), and the next episode
+starts on a clean context (a new browser if the old one died).
 
 Playwright is imported only when the first browser starts.
 """
@@ -73,6 +73,7 @@ class BrowserBackend:
         self._folder: Path | None = None
         self._mouse = (0.0, 0.0)
         self._closing: set[asyncio.Future[Any]] = set()
+        self._spare: asyncio.Future[tuple[Any, Any]] | None = None
         self.blocked: list[str] = []
         """Requests refused since the last :meth:`take_blocked` (URLs)."""
 
@@ -95,6 +96,7 @@ class BrowserBackend:
                 StepStatus.BROWSER_FAILURE,
             )
         self._loop = loop
+        self._spare = None
         self._playwright = await self._deadline(async_playwright().start(), "start Playwright", 60)
         self._browser = await self._deadline(
             self._playwright.chromium.launch(executable_path=self.executable, args=list(CHROMIUM_FLAGS), headless=True),
@@ -112,22 +114,30 @@ class BrowserBackend:
         self._crashed = False
         self.blocked = []
         self._mouse = (0.0, 0.0)
-        width, height = self.viewport
-        self._context = await self._deadline(
-            self._browser.new_context(
-                viewport={"width": width, "height": height},
-                device_scale_factor=1,
-                service_workers="block",
-                accept_downloads=False,
-            ),
-            "open a browser context",
-        )
-        await self._context.route("**/*", self._route)
-        self._page = await self._deadline(self._context.new_page(), "open a page")
-        self._page.on("crash", self._on_crash)
-        self._page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.dismiss()))
-        self._context.on("page", self._on_popup)
+        spare, self._spare = self._spare, None
+        fresh = None
+        if spare is not None:
+            with contextlib.suppress(Exception):  # a spare that failed: make one now
+                fresh = await asyncio.wait_for(spare, self.timeout)
+        self._context, self._page = fresh or await self._deadline(self._new_page(), "open a browser context")
+        self._spare = asyncio.ensure_future(self._new_page())  # made while this episode runs
         await self._deadline(self._page.goto(url, wait_until="load"), f"load {url}")
+
+    async def _new_page(self) -> tuple[Any, Any]:
+        """A new context (guarded by the route handler) with its one page."""
+        width, height = self.viewport
+        context = await self._browser.new_context(
+            viewport={"width": width, "height": height},
+            device_scale_factor=1,
+            service_workers="block",
+            accept_downloads=False,
+        )
+        await context.route("**/*", self._route)
+        page = await context.new_page()
+        page.on("crash", self._on_crash)
+        page.on("dialog", lambda dialog: self._background(dialog.dismiss()))
+        context.on("page", self._on_popup)
+        return context, page
 
     async def end_episode(self) -> None:
         """Close the episode's context (a hung one takes the browser with it; the next episode gets a new one)."""
@@ -142,6 +152,11 @@ class BrowserBackend:
     async def aclose(self) -> None:
         """Close the browser and Playwright."""
         await self.end_episode()
+        spare, self._spare = self._spare, None
+        if spare is not None and asyncio.get_running_loop() is self._loop:
+            with contextlib.suppress(Exception):
+                context, _ = await asyncio.wait_for(spare, 5.0)
+                await asyncio.wait_for(context.close(), 5.0)
         await self._shutdown()
 
     async def _shutdown(self) -> None:
@@ -179,8 +194,16 @@ class BrowserBackend:
         self._crashed = True
 
     def _on_popup(self, page: Any) -> None:
-        if page is not self._page:  # one page per episode: popups and new tabs are closed
-            self._closing.add(asyncio.ensure_future(page.close()))
+        if (
+            page is not self._page and page.context is self._context
+        ):  # one page per episode: popups and new tabs are closed
+            self._background(page.close())
+
+    def _background(self, aw: Awaitable[Any]) -> None:
+        """Run ``aw`` without waiting for it (a reference is kept until it is done)."""
+        future = asyncio.ensure_future(aw)
+        self._closing.add(future)
+        future.add_done_callback(self._closing.discard)
 
     def take_blocked(self) -> list[str]:
         """The URLs refused since the last call (and forget them)."""

@@ -22,6 +22,7 @@ screenshots before and after (``image_before``, ``image_after``). A page that ha
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from claw_envs.core import (
 )
 from claw_envs.gui.actions import ActionError, Op, ParsedAction, parse
 from claw_envs.gui.screen import Screen
-from claw_envs.gui.signals import PASSIVE_OPS, screen_text, step_signal, verdict
+from claw_envs.gui.signals import PASSIVE_OPS, StepSignal, screen_text, step_signal, verdict
 from claw_envs.gui.tasks import APPS, DEFAULT_MAX_STEPS, builtin_tasks, check, load_tasks, resolve_step
 from claw_envs.tasks import Task, TaskSource
 
@@ -166,52 +167,56 @@ class GUIEnv(ClawEnv):
     async def _act(self, action: str) -> Transition:
         before = self._require_screen()
         try:
-            parsed: ParsedAction | None = parse(action)
-        except ActionError as err:
-            parsed, error = None, err
+            parsed = parse(action)
+        except ActionError as err:  # nothing was done: the screen is as before
+            tr = self._transition(action, before, before, step_signal(error=err, changed=False, passive=False,
+                                                                      messages=(), blocked=()), ())  # fmt: skip
         else:
-            error = None
-        if parsed is not None and parsed.ends_episode:
-            return await self._finish(action, before, gave_up=any(op.name == "fail" for op in parsed.ops))
-        if parsed is not None:
-            error = await self._perform(parsed.ops, before)
-        backend = self._backend
-        blocked = backend.take_blocked()
-        messages = await backend.take_messages()
-        after = await backend.observe()
+            if parsed.ends_episode:
+                return await self._finish(action, before, gave_up=any(op.name == "fail" for op in parsed.ops))
+            tr = await self._carry_out(action, parsed, before)
+            if "miniwob" in self.task.data:
+                from claw_envs.gui.miniwob import episode_result
+
+                result = await episode_result(self._backend)
+                if result is not None:
+                    return self._ended(tr, *result)
+        if self.step_index >= self.max_turns:  # the base class truncates here: the check decides the outcome
+            solved, missing, reason = await self._check()
+            evaluative, _ = verdict(missing, solved=solved, reason=reason)
+            ns = tr.next_state
+            scored = Evaluative(ns.evaluative.score, (*ns.evaluative.tags, *evaluative.tags))
+            tr.next_state = dataclasses.replace(ns, evaluative=scored, outcome=float(solved))
+            tr.reward = float(solved)
+        return tr
+
+    async def _carry_out(self, action: str, parsed: ParsedAction, before: Screen) -> Transition:
+        """Perform the ops, then look at the screen: what changed, what the app said, what was blocked."""
+        error = await self._perform(parsed.ops, before)
+        blocked = self._backend.take_blocked()
+        messages = await self._backend.take_messages()
+        after = await self._backend.observe()
         self._screen = after
-        passive = parsed is not None and all(op.name in PASSIVE_OPS for op in parsed.ops)
         signal = step_signal(
             error=error,
             changed=after.fingerprint != before.fingerprint,
-            passive=passive,
+            passive=all(op.name in PASSIVE_OPS for op in parsed.ops),
             messages=messages,
             blocked=blocked,
         )
-        text = screen_text(after, error=signal.error, messages=messages)
+        return self._transition(action, before, after, signal, messages)
+
+    def _transition(
+        self, action: str, before: Screen, after: Screen, signal: StepSignal, messages: Sequence[str]
+    ) -> Transition:
         ns = NextState(
-            text=text,
+            text=screen_text(after, error=signal.error, messages=messages),
             evaluative=signal.evaluative,
             directive=signal.directive,
             image=after.png,
             judge_inputs=self._judge_inputs(action, before, after),
         )
-        tr = Transition(observation=self._observation(after, signal.error or ""), next_state=ns)
-        if "miniwob" in self.task.data:
-            from claw_envs.gui.miniwob import episode_result
-
-            result = await episode_result(backend)
-            if result is not None:
-                return self._ended(tr, *result)
-        if self.step_index >= self.max_turns:  # the base class truncates here: the check decides the outcome
-            solved, missing, reason = await self._check()
-            evaluative, _ = verdict(missing, solved=solved, reason=reason)
-            tags = (*ns.evaluative.tags, *evaluative.tags)
-            tr.next_state = dataclasses.replace(
-                ns, evaluative=Evaluative(ns.evaluative.score, tags), outcome=float(solved)
-            )
-            tr.reward = float(solved)
-        return tr
+        return Transition(observation=self._observation(after, signal.error or ""), next_state=ns)
 
     async def _perform(self, ops: tuple[Op, ...], screen: Screen) -> ActionError | None:
         for op in ops:
@@ -266,7 +271,7 @@ class GUIEnv(ClawEnv):
         return self._screen
 
     def _observation(self, screen: Screen, error: str) -> dict[str, Any]:
-        image = screen.array()
+        image = screen.array
         if image.shape != self.observation_space["screenshot"].shape:
             raise InfraFailure(
                 f"the screenshot is {image.shape}, expected {self.observation_space['screenshot'].shape}"

@@ -8,6 +8,7 @@ turn an id into screen coordinates.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ class Screen:
     url: str = ""
     title: str = ""
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """Changes when anything the agent can see changes (tree, address, title or pixels)."""
         digest = hashlib.sha256(self.png)
@@ -59,6 +60,7 @@ class Screen:
                 return element
         return None
 
+    @functools.cached_property
     def array(self) -> np.ndarray:
         """The screenshot as a ``uint8`` array of shape (height, width, 3)."""
         from PIL import Image
