@@ -90,6 +90,7 @@ class ClawConfig(GRPOConfig):
     gradient_checkpointing: bool | None = None  # deprecated alias in transformers 5: set activation_checkpointing
     activation_checkpointing: bool | None = False
     per_device_train_batch_size: int = 16
+    ddp_find_unused_parameters: bool | None = False  # every weight takes part in the loss (LoRA: the adapters')
     shuffle_dataset: bool | None = False
     disable_tqdm: bool = True
     ignore_data_skip: bool = True

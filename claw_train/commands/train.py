@@ -55,9 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from claw_train.policy.base import PolicyError
 
     hf_logging.disable_progress_bar()  # the live display says what is going on
+    from claw_train.distributed import process_rank
+
     model_path = None
     try:
-        if args.run.model == "tiny":
+        if args.run.model == "tiny" and process_rank() == 0:  # under accelerate launch, rank 0 tells the others
             from claw_train.policy.loader import resolve_model
 
             console.print("tiny model: the cached build, or a few minutes to build and bootstrap it on first use")
@@ -67,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunError, ConfigError, PolicyError) as err:
         console.print(f"[red]claw-train:[/red] {escape(str(err))}")
         return 2
+    if process_rank() != 0:  # rank 0 reports the run
+        console.print(f"claw-train: {result.message}", markup=False)
+        return result.exit_code
     _report(pipeline, result, console)
     return result.exit_code
 

@@ -21,6 +21,9 @@ from claw_train.judging import SampleMaker
 from claw_train.logs import VersionedLog
 from claw_train.metrics import Stats
 from claw_train.pipeline.budget import InFlightBudget
+from claw_train.pipeline.cluster import env_pool, join_cluster
+from claw_train.pipeline.guards import first_failure, watch_for_signal
+from claw_train.pipeline.ranks import RankLink
 from claw_train.pipeline.reporting import write_summary
 from claw_train.pipeline.rollouts import EnvRollouts, Item, SyncRounds, turns_in
 from claw_train.pipeline.rundir import RunDir, RunError, checkpoint_step
@@ -115,6 +118,7 @@ class Pipeline:
         self.sample_q: asyncio.Queue[TrainSample] = asyncio.Queue(queue_size)
         self.budget: InFlightBudget | None = None
         self.trainer_thread = TrainerThread(self)
+        self.link = RankLink()  # the launcher's other processes, under accelerate launch
         self.policy: GuardedPolicy | None = None
         self.judge: Any = None
         self.samples: SampleMaker | None = None
@@ -159,7 +163,13 @@ class Pipeline:
         """Run to ``updates`` optimizer steps (or until stopped); always leaves a checkpoint and the logs."""
         started = time.monotonic()
         self.loop = asyncio.get_running_loop()
-        resume_from = self._prepare()
+        if self.train and (other_rank := await self.link.join(self)) is not None:
+            return other_rank  # it trained on its share of rank 0's samples
+        try:
+            resume_from = self._prepare()
+        except RunError as err:
+            await asyncio.to_thread(self.link.turn_away, str(err))
+            raise
         restore_signals = self._install_stop_signals()
         tasks: list[asyncio.Task] = []
         status, message = "error", "did not start"
@@ -174,7 +184,7 @@ class Pipeline:
                 waiter = asyncio.ensure_future(self.closed.wait())  # serving only: done when closed
                 waiter.add_done_callback(lambda _: trainer_done.done() or trainer_done.set_result(("stopped",) * 2))
             tasks += self._start_workers()
-            watch = asyncio.ensure_future(_first_failure(tasks))
+            watch = asyncio.ensure_future(first_failure(tasks))
             done, _ = await asyncio.wait({trainer_done, watch}, return_when=asyncio.FIRST_COMPLETED)
             if watch in done and trainer_done not in done:
                 err = watch.result()
@@ -182,11 +192,13 @@ class Pipeline:
                 await trainer_done
             status, message = trainer_done.result()
             await self.trainer_thread.join()
-        except RunError:
+        except RunError as err:
+            message = str(err)
             raise
         except PolicyError as err:
             status, message = "policy_failed", f"the policy could not start: {err}"
         finally:
+            await asyncio.to_thread(self.link.turn_away, message)  # other ranks still waiting to start: exit
             restore_signals()
             for t in tasks:
                 t.cancel()
@@ -227,6 +239,7 @@ class Pipeline:
         return resume_from
 
     async def _load_parts(self) -> None:
+        await asyncio.to_thread(join_cluster, self.rollout)  # an unreachable --ray-address fails before any model
         self.stats.status = "loading the policy"
         if self.rollout.tasks is not None or not self.personal:  # agent groups draw their task here
             self.tasks = tasks_for(self.spec, self.rollout.tasks, "train")
@@ -303,38 +316,19 @@ class Pipeline:
         """The env pool (when the source plays episodes), the turn source and the judge workers."""
         source = self.source = self._source_factory(self)
         if isinstance(source, EnvRollouts | SyncRounds):
-            from claw_envs.pool import EnvPool
-
             per_worker = 1 if self.personal else self.training.group_size
             kwargs = env_kwargs_for(self.spec, self.rollout)
             if self.tasks is not None:
                 kwargs.setdefault("tasks", self.tasks)
-            self.pool = EnvPool(self.env_id, self.rollout.rollout_workers * per_worker, env_kwargs=kwargs)
+            self.pool = env_pool(self.env_id, self.rollout.rollout_workers * per_worker, kwargs, self.rollout)
             self.budget = None if self.sync else self._make_budget()
             self.stats.status = "running (sync)" if self.sync else "running"
         tasks = source.start()
         if self.train and not self.sync:
             tasks += [asyncio.create_task(self._judge_worker()) for _ in range(self.training.judge_workers)]
         if self.train and self.pool is not None and self.training.max_wait_for_signal > 0:
-            tasks.append(asyncio.create_task(self._watch_for_signal(self.training.max_wait_for_signal)))
+            tasks.append(asyncio.create_task(watch_for_signal(self, self.training.max_wait_for_signal)))
         return tasks
-
-    async def _watch_for_signal(self, limit: float) -> None:
-        """Stop (with a checkpoint) when no turn has become a trainable sample for ``limit`` seconds."""
-        seen, since = -1, time.monotonic()
-        while not self.closed.is_set():
-            await asyncio.sleep(min(5.0, limit / 10))
-            samples = self.stats.snapshot()["counts"].get("samples", 0)
-            if samples != seen:
-                seen, since = samples, time.monotonic()
-            elif time.monotonic() - since >= limit:
-                masked = ", ".join(f"{k} {v}" for k, v in sorted(self.stats.snapshot()["masked"].items())) or "none"
-                self.request_stop(
-                    "no_signal",
-                    f"no turn became a trainable sample in {limit:g} s (masked: {masked}); check the judge "
-                    "(--judge) and the env, or raise --max-wait-for-signal",
-                )
-                return
 
     def _install_stop_signals(self) -> Callable[[], None]:
         """Ctrl-C and SIGTERM (a supervisor stopping the run) both checkpoint, then stop; returns the undo."""
@@ -435,15 +429,3 @@ class Pipeline:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
                 w.cancel()
-
-
-async def _first_failure(tasks: list[asyncio.Task]) -> BaseException:
-    """The first exception any worker raises (cancellation is not a failure); waits forever otherwise."""
-    pending = set(tasks)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                return t.exception()
-    await asyncio.Event().wait()
-    raise AssertionError("unreachable")

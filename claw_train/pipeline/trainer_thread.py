@@ -89,15 +89,17 @@ class TrainerThread:
             p.loop.call_soon_threadsafe(lambda: done.done() or done.set_result((status, message)))
 
         try:
+            p.link.go(str(p.model_path), resume_from)  # the other ranks build their trainer now
             self.trainer = self._build()
             p.stats.status = "training"
             self.trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         except Exception as err:
             from claw_train.trainer import FeedClosed
 
-            if not isinstance(err, FeedClosed):
+            closed = isinstance(err, FeedClosed)
+            if not closed:
                 p.request_stop("error", f"trainer failed: {type(err).__name__}: {err}")
-            self.save_checkpoint()
+            self.save_checkpoint(in_step=closed)
             finish(*(p.stop_reason or ("stopped", "stopped")))
             return
         self.save_checkpoint()
@@ -105,7 +107,21 @@ class TrainerThread:
         p.request_stop("done", message)
         finish("done", message)
 
-    def _build(self) -> Any:
+    def follow(self, resume_from: Path | None) -> tuple[str, str]:
+        """Another rank (:mod:`~claw_train.pipeline.ranks`): train on this rank's share of rank 0's samples until
+        rank 0 stops; returns ``(status, message)``. Publishes and logs nothing; checkpoints with rank 0."""
+        from claw_train.trainer import FeedClosed
+
+        self.trainer = self._build(lead=False)
+        try:
+            self.trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        except FeedClosed:
+            self.save_checkpoint()
+            return "done", f"rank 0 stopped the run after {self.step} updates"
+        self.save_checkpoint()
+        return "done", f"finished {self.step} updates"
+
+    def _build(self, *, lead: bool = True) -> Any:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -120,7 +136,7 @@ class TrainerThread:
         model = AutoModelForCausalLM.from_pretrained(p.model_path, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(p.model_path)
         to_disk = None if p.run_cfg.policy == "inprocess" else (p.training.publish_dir or p.out / "weights")
-        callbacks = [WeightPublisher(self._publish, to_disk=to_disk), _glue_callback(self)]
+        callbacks = [WeightPublisher(self._publish, to_disk=to_disk), _glue_callback(self)] if lead else []
         feed = SampleFeed(p.sample_q, p.loop, p.closed, on_take=lambda: p.free(1))
         return ClawTrainer(
             model,
@@ -129,6 +145,7 @@ class TrainerThread:
             processing_class=tokenizer,
             peft_config=lora_config(p.training),
             callbacks=callbacks,
+            ranks=p.link.ranks,
         )
 
     def _publish(self, weights: Any, version: int) -> None:
@@ -154,14 +171,23 @@ class TrainerThread:
         p.stats.version = version
         p.loop.call_soon_threadsafe(p.served.set)
 
-    def save_checkpoint(self) -> None:
-        """Save the last update's checkpoint if the trainer has not (the run is ending)."""
+    def save_checkpoint(self, *, in_step: bool = True) -> None:
+        """Save the last update's checkpoint if the trainer has not (the run is ending). Across processes every
+        rank saves together, as rank 0 decides; ``in_step=False`` (the trainer failed mid-step, the ranks may be
+        out of step) saves nothing new there: the last checkpoint is the one kept."""
         trainer = self.trainer
         if trainer is None:
             return
+        ranks = self.p.link.ranks
         path = self.p.out / "checkpoints" / f"checkpoint-{trainer.state.global_step}"
         try:
-            if not (path / "trainer_state.json").exists() and trainer.state.global_step > 0:
+            needed = not (path / "trainer_state.json").exists() and trainer.state.global_step > 0
+            if ranks is not None:
+                if not in_step:
+                    self.p.say("the ranks are out of step: no final checkpoint; the last one saved is kept")
+                    return
+                needed = ranks.share(needed)
+            if needed:
                 trainer._save_checkpoint(trainer.model, trial=None)
             if path.exists():
                 self.checkpoint = path

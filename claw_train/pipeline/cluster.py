@@ -1,0 +1,105 @@
+"""Rollouts on a Ray cluster (``--ray-address``): join it, or fail fast saying why; env actors placed by resources.
+
+``auto`` joins the cluster this machine belongs to (``RAY_ADDRESS``, or the one ``ray start`` started here);
+``HOST:PORT`` is a head node's GCS address. Before Ray is asked to join, the address is probed (a TCP connect,
+then Ray's own ``GetClusterId`` call) with a short timeout, since ``ray.init`` waits a long time for an address
+where no Ray answers. Env actors go where ``--ray-resources`` says (``num_cpus``, ``num_gpus``, ``memory`` or a
+custom resource such as ``sandbox``); an actor that dies (its node left) costs its episode, counted as an
+infrastructure failure, and the pool starts a new one.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from claw_train.pipeline.rundir import RunError
+
+if TYPE_CHECKING:
+    from claw_envs.pool import EnvPool
+    from claw_train.config import RolloutConfig
+
+PROBE_TIMEOUT = 5.0
+ACTOR_OPTIONS = ("num_cpus", "num_gpus", "memory")
+
+
+def connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (``auto`` or ``HOST:PORT``); raise :class:`RunError` saying why not."""
+    try:
+        import ray
+    except ImportError:
+        raise RunError("--ray-address needs Ray: pip install 'claw-rl[ray]'") from None
+    if ray.is_initialized():
+        return
+    if address != "auto":
+        probe(address)
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise RunError(f"--ray-address {address}: cannot join the Ray cluster: {err}") from None
+
+
+def probe(address: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """Raise :class:`RunError` unless a Ray head (its GCS) answers at ``HOST:PORT`` within ``timeout`` seconds."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise RunError(f"--ray-address {address!r}: give auto or HOST:PORT (the head node's GCS port, 6379 by default)")
+    hint = f"start one with `ray start --head --port {port}` or give the head node's address"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise RunError(f"--ray-address {address}: no Ray cluster answers there ({err}); {hint}") from None
+    import grpc
+
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+        try:
+            call(b"", timeout=timeout)
+        except grpc.RpcError as err:
+            raise RunError(
+                f"--ray-address {address}: something answers there but it is not a Ray head node "
+                f"({err.code().name}); {hint}"
+            ) from None
+
+
+def actor_options(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray actor options for env actors from ``--ray-resources`` (``num_cpus 1 sandbox 1``): Ray's own resource
+    options as they are, any other name a custom resource."""
+    options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+    custom: dict[str, float] = {}
+    for name, value in resources.items():
+        try:
+            amount = float(value)
+        except (TypeError, ValueError):
+            raise RunError(f"--ray-resources {name}: needs a number, got {value!r}") from None
+        if amount < 0:
+            raise RunError(f"--ray-resources {name}: must be >= 0, got {value!r}")
+        if name in ACTOR_OPTIONS:
+            options[name] = int(amount) if name == "memory" else amount
+        else:
+            custom[name] = amount
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def join_cluster(rollout: RolloutConfig) -> None:
+    """Join ``--ray-address``'s cluster (nothing without one); the resource options are checked first."""
+    if rollout.ray_address is None:
+        if rollout.ray_resources:
+            raise RunError("--ray-resources places env actors on a Ray cluster: give --ray-address too")
+        return
+    actor_options(rollout.ray_resources)
+    connect(rollout.ray_address)
+
+
+def env_pool(env_id: str, size: int, env_kwargs: dict[str, Any], rollout: RolloutConfig) -> EnvPool:
+    """The run's env pool: in this process, or Ray actors on ``--ray-address``'s cluster."""
+    from claw_envs.pool import EnvPool
+
+    if rollout.ray_address is None:
+        return EnvPool(env_id, size, env_kwargs=env_kwargs)
+    pool = EnvPool(env_id, size, env_kwargs=env_kwargs, backend="ray")
+    pool.ray_actor_options = actor_options(rollout.ray_resources)
+    return pool
