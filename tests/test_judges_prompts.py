@@ -16,7 +16,7 @@ from judges import prompts
 from judges.prompts import PromptError, load, render, template_names, templates_for
 
 # templates written for families that have not landed yet (their specs will name them)
-UPCOMING = {"gui": JudgeTemplates(prm="prm_gui")}
+UPCOMING: dict[str, JudgeTemplates] = {}
 
 
 def tiny_png(width: int = 4, height: int = 3) -> bytes:

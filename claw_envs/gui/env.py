@@ -271,7 +271,7 @@ class GUIEnv(ClawEnv):
         return self._screen
 
     def _observation(self, screen: Screen, error: str) -> dict[str, Any]:
-        image = screen.array
+        image = screen.array.copy()  # every observation owns its pixels
         if image.shape != self.observation_space["screenshot"].shape:
             raise InfraFailure(
                 f"the screenshot is {image.shape}, expected {self.observation_space['screenshot'].shape}"
