@@ -9,8 +9,8 @@ specs when that swebench is installed; else :class:`InfraFailure` says what is m
 The log (stdout and stderr merged) is read by :func:`grade_log`: with ``swebench`` installed by its own parser
 (the row's ``log_parser`` in 5.x's ``PARSER_REGISTRY``; for 4.x rows the per-repo parser map, pytest's otherwise)
 and its F2P/P2P resolution; without it by :mod:`claw_envs.swe.pytest_log`. Either way a log with no sign that
-the suite ran, or whose test command failed while the parsed results show no failure (printed fake ``PASSED``
-lines), resolves nothing.
+the suite ran, whose test command failed while the parsed results show no failure, or (pytest) whose result
+lines disagree with pytest's own final counts — printed fake ``PASSED`` lines — resolves nothing.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def grade_log(instance: Mapping[str, Any], log: str, *, use_swebench: bool | Non
     if exit_code not in (None, 0) and statuses and not failing:
         verdict.problem = f"the test command exited {exit_code} but the log shows no failure (printed results?)"
         return verdict
-    if not use and (mismatch := pytest_log.summary_mismatch(body, statuses)):
+    if "pytest" in name and (mismatch := pytest_log.summary_mismatch(body, statuses)):
         verdict.problem = mismatch
         return verdict
     if use:

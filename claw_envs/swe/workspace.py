@@ -81,8 +81,11 @@ class Prepared:
         return {"workspace": TESTBED, "binds_ro": binds}
 
     def command_env(self, kind: str) -> dict[str, str]:
-        """Environment of every command: the interpreter (and the virtualenv) on PATH, no bytecode files."""
+        """Environment of every command: the interpreter (and the virtualenv) on PATH, no bytecode files; with no
+        virtualenv of its own, pytest does not load the plugins installed beside claw."""
         env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": TESTBED, "PIP_NO_INPUT": "1"}
+        if kind == "local" and self.venv is None:
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # claw's own pytest plugins are not the repository's
         if kind == "local":
             paths = [str(self.venv / "bin")] if self.venv else []
             paths += [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
