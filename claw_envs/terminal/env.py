@@ -209,7 +209,8 @@ class TerminalEnv(ClawEnv):
         text, directive = rep.text, rep.directive
         if run.note:
             text = f"{text}\n{run.note}"
-            directive = directive or "The shell was restarted: cd back and set your variables again if you need them."
+            restarted = "The shell was restarted: cd back and set your variables again if you need them."
+            directive = f"{directive} {restarted}" if run.result.timed_out else restarted
         ns = NextState(
             text=text,
             role="tool",
