@@ -10,7 +10,7 @@ Three forms are accepted, each mapped onto the same small set of :class:`Op` val
   ``doubleClick``, ``rightClick``, ``time.sleep``; several statements, ``import pyautogui`` allowed), or one of
   the words ``WAIT``, ``DONE``, ``FAIL``;
 * a **computer-use tool call**: ``<tool_call>{"name": "computer", "arguments": {"action": "left_click",
-  "coordinate": [300, 200]}}</tool_call>`` (or the OpenAI ``tool_calls`` form), with the actions of Anthropic's
+  "coordinate": [300, 200]}}</tool_call>`` (or the bare JSON object, or the OpenAI ``tool_calls`` form), with the actions of Anthropic's
   and Qwen's computer-use tools (``key``, ``type``, ``mouse_move``, ``left_click``, ``left_click_drag``,
   ``double_click``, ``right_click``, ``scroll``, ``wait``, ``screenshot``, ``terminate``).
 
@@ -184,8 +184,10 @@ def parse(text: str) -> ParsedAction:
     if stripped.upper() in CONTROL_WORDS:
         return ParsedAction((Op(stripped.lower() if stripped.upper() != "WAIT" else "wait", {"seconds": 1.0}),),
                             "control")  # fmt: skip
-    if "<tool_call>" in stripped or stripped.startswith(("{", "[")):
+    if "<tool_call>" in stripped:
         return _parse_tool_call(stripped)
+    if stripped.startswith("{"):  # an OpenAI message with tool_calls, or a bare call object
+        return _parse_tool_call(stripped if '"tool_calls"' in stripped else f"<tool_call>{stripped}</tool_call>")
     fence = _FENCE.match(stripped)
     if fence:
         stripped = fence.group("body").strip()
