@@ -138,7 +138,15 @@ class Pipeline:
             self.stop_reason = (status, message)
             self.stats.status = f"stopping: {message}"
             self.say(f"stopping: {message}")
-        if self.loop is not None:
+        if self.loop is None:
+            return
+        try:
+            in_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            in_loop = False
+        if in_loop:  # at once: a worker that never suspends would never run a scheduled callback
+            self.closed.set()
+        else:
             self.loop.call_soon_threadsafe(self.closed.set)
 
     def snapshot(self) -> dict[str, Any]:

@@ -77,6 +77,7 @@ class EnvRollouts:
         p = self.p
         await p.served.wait()
         while not p.closed.is_set():
+            await asyncio.sleep(0)  # yield: an episode that fails at once never suspends, and would starve the loop
             if p.personal:
                 await self.play(p.put_turn)
             else:
