@@ -8,7 +8,7 @@ SYSTEM_TOOLS := bwrap:bubblewrap chromium:chromium Xvfb:xvfb xdotool:xdotool scr
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint format bench setup system-packages clean
+.PHONY: demo test lint format bench docs docs-serve setup system-packages clean
 
 demo: setup
 	$(VENV)/bin/claw-train --env conversation --persona student --method combined --model tiny \
@@ -25,6 +25,14 @@ lint: setup
 
 bench: setup
 	$(PY) bench/envs.py
+
+# The documentation site (MkDocs + Material + mkdocstrings): tutorials in docs/, the API reference generated from
+# the docstrings. `make test` runs the same strict build (tests/test_docs_site.py).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
 
 setup: system-packages $(STAMP)
 
@@ -51,4 +59,4 @@ system-packages:
 	fi
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache *.egg-info

@@ -52,7 +52,7 @@ def index_text(modules: list[str]) -> str:
         + ". A leading underscore marks a private module or name.",
     ]
     for package in PACKAGES:
-        lines += ["", f"## `{package}`", ""]
+        lines += ["", f"## The `{package}` package", ""]
         members = [m for m in modules if m.split(".")[0] == package]
         lines += [f"* [`{m}`]({page_path(m).removeprefix(REFERENCE + '/')})" for m in members]
     return "\n".join(lines) + "\n"
