@@ -129,6 +129,7 @@ class SWEEnv(ClawEnv):
         self.box: EpisodeSandbox | None = None
         self.prepared: Prepared | None = None
         self._commands = 0
+        self._gold_applied = False
         self._last_failed: str | None = None
         self._tests_seen: dict[str, bytes | None] = {}
         self._git_present = True
@@ -157,6 +158,7 @@ class SWEEnv(ClawEnv):
             raise ValueError(f"instance {task.id!r}: {err}") from None
         await self._close()
         self._commands = 0
+        self._gold_applied = False
         self._last_failed = None
         self._tests_seen = {}
         self._git_present = True
@@ -195,6 +197,7 @@ class SWEEnv(ClawEnv):
             await self._in_box(lambda box: asyncio.to_thread(box.write_file, STAMP, ""))
         result = await self._exec(command, self.command_timeout)
         self._commands += 1
+        self._gold_applied = self._gold_applied or (result.ok and command == self._gold_command().strip())
         if submits(result.stdout):
             return await self._graded(action, turn, "Submitted.")
         findings = Findings(repeated_failure=not result.ok and command == self._last_failed)
@@ -366,10 +369,12 @@ class SWEEnv(ClawEnv):
         """Apply the gold patch (one command), then submit."""
         if not self.instance:
             return None
-        if self._commands == 0:
-            patch = str(self.instance["patch"])
-            return tool_call_text("bash", {"command": f"git apply <<'CLAW_GOLD_PATCH'\n{patch}CLAW_GOLD_PATCH"})
+        if not self._gold_applied:
+            return tool_call_text("bash", {"command": self._gold_command()})
         return tool_call_text("submit")
+
+    def _gold_command(self) -> str:
+        return f"git apply <<'CLAW_GOLD_PATCH'\n{self.instance['patch']}CLAW_GOLD_PATCH"
 
     def null_action(self) -> str | None:
         """Submit at once (the empty patch)."""

@@ -1,0 +1,328 @@
+"""claw/SWE-v0: real episodes on the built-in repos and on repos of your own, and every bad input as a clear
+next state or a typed infrastructure failure, with the host and the caches untouched."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import claw_envs
+from claw_envs.swe.actions import SUBMIT_MARKER, read_turn, tool_call_text
+from claw_envs.swe.env import SWEEnv
+from claw_envs.swe.instances import builtin_instances, load_instances
+from claw_envs.swe.repos import FIXED_IDENTITY, RepoSource, dir_name
+from tests.test_sandbox import needs_bwrap
+
+TASK = "claw-examples__ledger-9"
+pytestmark = needs_bwrap  # /testbed is a bubblewrap mount
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("swe-cache"))
+
+
+@pytest.fixture
+def env(cache):
+    env = SWEEnv(split="test", cache_dir=cache, command_timeout=10.0, test_timeout=60.0)
+    env.reset(options={"task_id": TASK})
+    yield env
+    env.close()
+
+
+def bash(command: str) -> str:
+    return tool_call_text("bash", {"command": command})
+
+
+def test_registered_with_its_spec_and_made_through_gymnasium():
+    assert "claw/SWE-v0" in claw_envs.env_ids()
+    spec = claw_envs.family_spec("swe")
+    assert spec.judge.prm == "prm_swe" and "repos" in spec.env_options
+    env = gym.make("claw/SWE-v0", split="test").unwrapped
+    obs, info = env.reset(options={"task_id": TASK})
+    assert "format_cents(-5)" in obs and info["task_id"] == TASK
+    assert [t["function"]["name"] for t in info["tools"]] == ["bash", "submit"]
+    env.close()
+
+
+def test_built_in_instances_are_swe_bench_rows_on_real_commits(cache):
+    train, test = builtin_instances("train"), builtin_instances("test")
+    assert len(train) + len(test) >= 8 and not {t.id for t in train} & {t.id for t in test}
+    repos = {t.data["repo"] for t in [*train, *test]}
+    assert len(repos) >= 3
+    source = RepoSource(cache_dir=cache)
+    for task in [*train, *test]:
+        mirror = source.mirror(task.data["repo"], task.data["base_commit"])
+        kind = subprocess.run(["git", "cat-file", "-t", task.data["base_commit"]], cwd=mirror, capture_output=True)
+        assert kind.stdout.strip() == b"commit"
+        assert task.data["FAIL_TO_PASS"] and task.data["PASS_TO_PASS"] and task.data["test_cmd"]
+
+
+def test_the_repo_is_at_testbed_at_base_commit_with_no_future(env):
+    base = env.instance["base_commit"]
+    obs, *_, info = env.step(bash("pwd && git rev-parse HEAD && git status --short && git log --all --oneline | wc -l"))
+    assert info["status"] == "ok"
+    lines = obs.splitlines()
+    assert lines[0] == "/testbed" and lines[1] == base and lines[2] == "1"
+
+
+def test_a_command_turn_scores_and_stores_the_tool_call(env):
+    _, reward, terminated, _, info = env.step(bash("grep -n 'def format_cents' ledger/money.py"))
+    ns = info["next_state"]
+    assert ns.role == "tool" and ns.evaluative.score == 0.5 and "returncode=0" in ns.text
+    assert reward == 0 and not terminated and ns.outcome is None
+    assert info["messages"][-2]["tool_calls"][0]["function"]["name"] == "bash"
+    assert info["messages"][-1]["role"] == "tool"
+    assert set(ns.judge_inputs) == {"task", "history", "action", "result"}
+
+
+def test_fixing_the_bug_and_submitting_resolves_it(env):
+    env.step(env.reference_action())
+    _, reward, terminated, _, info = env.step(tool_call_text("submit"))
+    ns = info["next_state"]
+    assert terminated and reward == 1.0 and ns.outcome == 1.0 and ns.evaluative.score == 1.0
+    assert "tests=4/4" in ns.evaluative.tags
+    assert info["report"]["resolved"] and "ledger/money.py" in info["patch"]
+    assert "tests/" not in info["patch"]
+
+
+def test_the_mini_swe_agent_submit_convention(env):
+    env.step(env.reference_action())
+    _, reward, terminated, _, _ = env.step(f"```bash\necho {SUBMIT_MARKER} && git diff\n```")
+    assert terminated and reward == 1.0
+
+
+def test_submitting_nothing_is_unresolved_with_a_directive(env):
+    _, reward, terminated, _, info = env.step(tool_call_text("submit"))
+    ns = info["next_state"]
+    assert terminated and reward == -1.0 and ns.outcome == -1.0 and ns.evaluative.score == -1.0
+    assert "not resolved" in ns.text and ns.directive.startswith("The issue is not fixed")
+    assert info["report"]["tests_status"]["FAIL_TO_PASS"]["failure"]
+
+
+def test_the_turn_limit_grades_the_workspace(cache):
+    env = SWEEnv(split="test", cache_dir=cache, max_turns=1)
+    env.reset(options={"task_id": TASK})
+    _, reward, terminated, truncated, info = env.step(env.reference_action())
+    assert truncated and not terminated and reward == 1.0 and info["next_state"].outcome == 1.0
+    assert info["next_state"].evaluative.score == 0.5  # the command's own score; the outcome is separate
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("action", "tag"),
+    [
+        ("I think the bug is in money.py.", "no_command"),
+        ("", "empty_action"),
+        (bash("ls") + tool_call_text("submit"), "several_commands"),
+        ('<tool_call>{"name": "bash", "arguments": {}}</tool_call>', "bad_arguments"),
+    ],
+)
+def test_turns_that_cannot_be_acted_on_are_minus_one_with_a_directive(env, action, tag):
+    _, _, terminated, _, info = env.step(action)
+    ns = info["next_state"]
+    assert not terminated and ns.evaluative.score == -1.0 and ns.directive
+    assert ns.evaluative.tags[0] == tag, ns
+
+
+def test_a_failed_command_repeated_is_flagged(env):
+    first = env.step(bash("cat ledger/nope.py"))[-1]["next_state"]
+    again = env.step(bash("cat ledger/nope.py"))[-1]["next_state"]
+    assert first.evaluative.score == -1 and "repeated_failure" not in first.evaluative.tags
+    assert "No such file" in first.directive
+    assert "repeated_failure" in again.evaluative.tags and "same command" in again.directive
+
+
+def test_editing_a_test_file_is_flagged_and_left_out_of_the_patch(env):
+    ns = env.step(bash("echo 'def test_x(): pass' >> tests/test_money.py"))[-1]["next_state"]
+    assert ns.evaluative.score == -1 and "test_file_edit" in ns.evaluative.tags
+    assert "tests/test_money.py" in ns.directive
+    env.step(env.reference_action())
+    info = env.step(tool_call_text("submit"))[-1]
+    assert info["report"]["resolved"] and "tests/test_money.py" not in info["patch"]
+
+
+def test_a_syntax_error_left_in_an_edit_is_flagged(env):
+    ns = env.step(bash("printf 'def broken(:\\n' >> ledger/stats.py"))[-1]["next_state"]
+    assert ns.evaluative.score == -1 and "syntax_error" in ns.evaluative.tags
+    assert "ledger/stats.py" in ns.text and "SyntaxError" in ns.directive
+
+
+def test_deleting_git_and_the_repo_is_the_agents_loss_and_the_cache_survives(env, cache):
+    ns = env.step(bash("rm -rf .git"))[-1]["next_state"]
+    assert ns.evaluative.score == -1 and "git_deleted" in ns.evaluative.tags
+    env.step(bash("rm -rf /testbed/* /testbed/.gitignore"))
+    info = env.step(tool_call_text("submit"))[-1]
+    assert info["status"] == "ok" and info["next_state"].outcome == -1.0
+    assert "deleted file mode" in info["patch"]
+    env.reset(options={"task_id": TASK})  # the next episode starts from an intact mirror
+    env.step(env.reference_action())
+    assert env.step(tool_call_text("submit"))[-1]["next_state"].outcome == 1.0
+
+
+def test_the_mirror_is_read_only_and_the_host_untouched(env, tmp_path):
+    mirror = env.prepared.mirror if env.prepared else None
+    obs = env.step(bash(f"echo evil > /claw/repo/HEAD; touch {tmp_path}/escaped; echo done"))[0]
+    assert "Read-only file system" in obs or "Permission denied" in obs
+    assert not (tmp_path / "escaped").exists()
+    mirror = env.prepared.mirror
+    assert (mirror / "HEAD").read_text().startswith("ref:")
+
+
+def test_a_command_that_never_ends_and_huge_binary_output(env):
+    ns = env.step(bash("sleep 60"))[-1]["next_state"]
+    assert "timeout" in ns.evaluative.tags and ns.evaluative.score == -1
+    obs, *_, info = env.step(bash("head -c 3000000 /dev/urandom"))
+    assert info["status"] == "ok" and len(obs) < 20000 and "too long" in obs
+
+
+def test_the_docker_backend_without_an_engine_is_a_sandbox_failure(cache):
+    env = SWEEnv(split="test", cache_dir=cache, sandbox="docker")
+    env.reset(options={"task_id": TASK})
+    _, reward, _, truncated, info = env.step(bash("ls"))
+    assert info["status"] == "sandbox_failure" and truncated and reward == 0
+    assert "docker" in info["next_state"].text.lower()
+    env.close()
+
+
+def test_turn_reading():
+    assert read_turn(tool_call_text("submit")).kind == "submit"
+    assert read_turn("```bash\nls\n```").command == "ls"
+    assert read_turn("done, I think").kind == "problem"
+
+
+# -- repositories and instances of your own --------------------------------------------------------
+
+
+def make_repo(root: Path, repo: str = "acme/widgets", dependency: bool = False) -> tuple[Path, str]:
+    """A clone named owner__name with a bug in widgets/size.py and a pytest suite (``dependency``: the code imports
+    ``helperdep``, which only the install provides); returns (path, base commit)."""
+    path = root / dir_name(repo)
+    (path / "widgets").mkdir(parents=True)
+    (path / "tests").mkdir()
+    (path / "widgets" / "__init__.py").write_text("")
+    header = "import helperdep\n" if dependency else "import os\n"
+    (path / "widgets" / "size.py").write_text(header + "\n\ndef area(w, h):\n    return w + h\n")
+    (path / "tests" / "test_size.py").write_text(
+        "from widgets.size import area\n\n\ndef test_square():\n    assert area(2, 2) == 4\n"
+    )
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "widgets"]):
+        subprocess.run(["git", *args], cwd=path, check=True, env={**FIXED_IDENTITY, "PATH": "/usr/bin:/bin"})
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True).stdout.strip()
+    return path, base
+
+
+def widget_row(base: str, **extra) -> dict:
+    return {
+        "instance_id": "acme__widgets-1",
+        "repo": "acme/widgets",
+        "base_commit": base,
+        "problem_statement": "area(3, 4) returns 7 instead of 12.",
+        "patch": "diff --git a/widgets/size.py b/widgets/size.py\n--- a/widgets/size.py\n+++ b/widgets/size.py\n"
+        "@@ -3,3 +3,3 @@\n \n def area(w, h):\n-    return w + h\n+    return w * h\n",
+        "test_patch": "diff --git a/tests/test_size.py b/tests/test_size.py\n--- a/tests/test_size.py\n"
+        "+++ b/tests/test_size.py\n@@ -4,2 +4,6 @@ from widgets.size import area\n def test_square():\n"
+        "     assert area(2, 2) == 4\n+\n+\n+def test_rectangle():\n+    assert area(3, 4) == 12\n",
+        "FAIL_TO_PASS": json.dumps(["tests/test_size.py::test_rectangle"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_size.py::test_square"]),
+        "version": "1.0",
+        "test_cmd": "python -m pytest -rA -p no:cacheprovider tests/test_size.py",
+        **extra,
+    }
+
+
+INSTALL = (
+    'echo run >> "$INSTALL_LOG" && python -c "import sysconfig, pathlib; '
+    "pathlib.Path(sysconfig.get_paths()['purelib'], 'helperdep.py').write_text('VALUE = 1\\n')\""
+)
+
+
+def test_your_own_repo_with_an_install_cached_once(tmp_path, cache, monkeypatch):
+    repos = tmp_path / "repos"
+    _, base = make_repo(repos, dependency=True)
+    log = tmp_path / "install.log"
+    monkeypatch.setenv("INSTALL_LOG", str(log))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(widget_row(base, install=INSTALL)) + "\n")
+    tasks = load_instances(rows)
+    env = SWEEnv(tasks=tasks, repos=str(repos), cache_dir=str(tmp_path / "cache"))
+    for _ in range(2):
+        env.reset(options={"task_id": "acme__widgets-1"})
+        obs = env.step(bash("python -c 'import helperdep; print(helperdep.VALUE)'"))[0]
+        assert obs.startswith("1"), obs
+        env.step(env.reference_action())
+        assert env.step(tool_call_text("submit"))[-1]["next_state"].outcome == 1.0
+    assert log.read_text().split() == ["run"]  # one environment build for both episodes
+    env.close()
+
+
+def test_a_url_template_source(tmp_path):
+    repos = tmp_path / "repos"
+    _, base = make_repo(repos)
+    tasks = load_instances(_rows(tmp_path, widget_row(base, install="true")))
+    env = SWEEnv(tasks=tasks, repos=f"file://{repos}/{{owner}}__{{name}}", cache_dir=str(tmp_path / "cache"))
+    env.reset(options={"task_id": "acme__widgets-1"})
+    env.step(env.reference_action())
+    assert env.step(tool_call_text("submit"))[-1]["next_state"].outcome == 1.0
+    env.close()
+
+
+def test_a_failing_install_is_an_infra_failure_not_the_agents(tmp_path):
+    repos = tmp_path / "repos"
+    _, base = make_repo(repos)
+    tasks = load_instances(_rows(tmp_path, widget_row(base, install="echo cannot build >&2; exit 3")))
+    env = SWEEnv(tasks=tasks, repos=str(repos), cache_dir=str(tmp_path / "cache"))
+    env.reset(options={"task_id": "acme__widgets-1"})
+    _, reward, _, truncated, info = env.step(bash("ls"))
+    assert info["status"] == "infra_failure" and truncated and reward == 0
+    assert "install failed (exit 3)" in info["next_state"].text and "cannot build" in info["next_state"].text
+    assert not list((tmp_path / "cache" / "envs").iterdir())  # no half-built environment is kept
+    env.close()
+
+
+def test_a_repo_missing_from_the_source_is_named(tmp_path):
+    (tmp_path / "repos").mkdir()
+    tasks = load_instances(_rows(tmp_path, widget_row("0" * 40)))
+    env = SWEEnv(tasks=tasks, repos=str(tmp_path / "repos"), cache_dir=str(tmp_path / "cache"))
+    env.reset(options={"task_id": "acme__widgets-1"})
+    info = env.step(bash("ls"))[-1]
+    assert info["status"] == "infra_failure"
+    assert (
+        "acme/widgets is not in the directory" in info["next_state"].text and "acme__widgets" in info["next_state"].text
+    )
+    env.close()
+
+
+def test_bad_rows_and_sources_are_named(tmp_path):
+    row = widget_row("abc")
+    del row["test_patch"]
+    with pytest.raises(
+        ValueError, match=r"instance 'acme__widgets-1' \(row 1\): missing the required field\(s\) test_patch"
+    ):
+        load_instances(_rows(tmp_path, row))
+    with pytest.raises(ValueError, match="FAIL_TO_PASS must be a list"):
+        load_instances(_rows(tmp_path, widget_row("abc", FAIL_TO_PASS="not json")))
+    with pytest.raises(ValueError, match="neither a directory"):
+        SWEEnv(repos=str(tmp_path / "nowhere"))
+    listed = tmp_path / "rows.json"
+    listed.write_text(json.dumps([widget_row("abc")]))
+    assert [t.id for t in load_instances(listed)] == ["acme__widgets-1"]
+
+
+def test_parquet_rows_load(tmp_path):
+    pandas = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    path = tmp_path / "rows.parquet"
+    pandas.DataFrame([widget_row("abc")]).to_parquet(path)
+    task = load_instances(path).get("acme__widgets-1")
+    assert task.data["FAIL_TO_PASS"] == ["tests/test_size.py::test_rectangle"]
+
+
+def _rows(tmp_path: Path, *rows: dict) -> Path:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
