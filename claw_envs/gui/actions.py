@@ -10,9 +10,9 @@ Three forms are accepted, each mapped onto the same small set of :class:`Op` val
   ``doubleClick``, ``rightClick``, ``time.sleep``; several statements, ``import pyautogui`` allowed), or one of
   the words ``WAIT``, ``DONE``, ``FAIL``;
 * a **computer-use tool call**: ``<tool_call>{"name": "computer", "arguments": {"action": "left_click",
-  "coordinate": [300, 200]}}</tool_call>`` (or the bare JSON object, or the OpenAI ``tool_calls`` form), with the actions of Anthropic's
-  and Qwen's computer-use tools (``key``, ``type``, ``mouse_move``, ``left_click``, ``left_click_drag``,
-  ``double_click``, ``right_click``, ``scroll``, ``wait``, ``screenshot``, ``terminate``).
+  "coordinate": [300, 200]}}</tool_call>`` (or the bare JSON object, or the OpenAI ``tool_calls`` form), with
+  the actions of Anthropic's and Qwen's computer-use tools (``key``, ``type``, ``mouse_move``, ``left_click``,
+  ``left_click_drag``, ``double_click``, ``right_click``, ``scroll``, ``wait``, ``screenshot``, ``terminate``).
 
 Code is read with :func:`ast.parse` and accepted only when every statement is a call of a whitelisted name
 whose arguments are literals (numbers, strings, booleans, ``None``, flat lists/tuples of those). Anything else —

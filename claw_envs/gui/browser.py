@@ -325,6 +325,11 @@ class BrowserBackend:
         else:  # send_msg_to_user, done, fail: nothing happens on the page
             return
         await asyncio.sleep(0.05)  # let the page react (handlers, navigation start) before it is read
+        await self._settle()
+        if not self.allowed(page.url):  # a link or script led off the task (the request itself was refused)
+            if not self.blocked:
+                self.blocked.append(page.url)
+            await self._deadline(page.go_back(wait_until="load"), "go back to the task's page")
 
     async def _element_op(self, page: Any, op: Op, screen: Screen) -> None:
         bid = op.args["bid"]

@@ -148,7 +148,7 @@ def test_the_three_forms_are_read(nothing_is_executed):
     assert element.form == "element" and element.ops[0].name == "click" and element.ops[0].args["bid"] == "12"
     ops = parse("fill('3', 'Ann')\nselect_option('4', ['Billing'])\npress('5', 'Control+a')").ops
     assert [o.name for o in ops] == ["fill", "select_option", "press"] and ops[2].args["keys"] == ["Control", "a"]
-    code = parse("import pyautogui\npyautogui.click(100, 200)\npyautogui.typewrite('hi')\npyautogui.hotkey('ctrl', 'a')")
+    code = parse("import pyautogui\npyautogui.click(100, 200)\npyautogui.write('hi')\npyautogui.hotkey('ctrl', 'a')")
     assert code.form == "pyautogui"
     assert [o.name for o in code.ops] == ["mouse_click", "type_text", "hotkey"]
     assert code.ops[0].args == {"x": 100.0, "y": 200.0, "button": "left", "clicks": 1}
