@@ -1,0 +1,241 @@
+"""Scale-out on CPU: claw-train under ``accelerate launch`` (2 gloo processes) with its env actors on a local Ray
+cluster started here; a dead env actor; an unreachable ``--ray-address``; ranks that disagree or never start."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="ray is not installed (the [ray] extra)")
+
+BIN = Path(sys.executable).parent
+FIXTURES = Path(__file__).parent / "fixtures" / "scale"
+ACTOR_LOG_MARK = ":actor_name:EnvActor"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayCluster:
+    """``ray start --head --block`` in a temp dir on free ports; SIGTERM stops exactly its processes."""
+
+    def __init__(self) -> None:
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths have a limit
+        self.address = f"127.0.0.1:{free_port()}"
+        command = [
+            str(BIN / "ray"), "start", "--head", "--block", "--port", self.address.split(":")[1],
+            "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port()),
+            "--temp-dir", str(self.temp_dir), "--num-cpus", "2", "--include-dashboard", "false",
+            "--disable-usage-stats",
+        ]  # fmt: skip
+        # its workers import the test env from the fixtures folder
+        python_path = os.pathsep.join(p for p in (str(FIXTURES), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": python_path, "RAY_AUTH_MODE": "disabled"}
+        self.log = open(self.temp_dir / "ray-start.log", "w")  # noqa: SIM115  closed in stop()
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        from claw_train.pipeline.cluster import probe
+        from claw_train.pipeline.rundir import RunError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, (self.temp_dir / "ray-start.log").read_text()[-3000:]
+            try:
+                probe(self.address, timeout=2.0)
+                return
+            except RunError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def actor_logs(self) -> list[Path]:
+        """The worker logs of processes that hosted an env actor."""
+        logs = (self.temp_dir / "session_latest" / "logs").glob("worker-*.out")
+        return [p for p in logs if ACTOR_LOG_MARK in p.read_text(errors="replace")[:2000]]
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    cluster = RayCluster()
+    try:
+        cluster.wait_ready()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def toolcall_model() -> str:
+    pytest.importorskip("trl")
+    from claw_train.tiny import bootstrap
+
+    return str(bootstrap("toolcall", steps=2, progress=False))
+
+
+def accelerate_launch(port: int) -> list[str]:
+    """Two gloo processes on this CPU (``--multi_gpu`` is accelerate's torchrun launcher; no GPU is needed)."""
+    return [
+        str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_claw_train_under_accelerate_launch_with_env_actors_on_a_ray_cluster(ray_cluster, toolcall_model, tmp_path):
+    from claw_train.logs import Ledger
+
+    before = set(ray_cluster.actor_logs())
+    out = tmp_path / "run"
+    command = [
+        *accelerate_launch(free_port()), str(BIN / "claw-train"), "--env", "toolcall", "--model", toolcall_model,
+        "--updates", "2", "--samples-per-step", "4", "--report-to", "none", "--output-dir", str(out), "--no-display",
+        "--ray-address", ray_cluster.address,
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=280, env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "rank 0 of 2" in output and "rank 1: finished 2 updates" in output
+
+    entries = Ledger(out / "ledger.jsonl").effective()
+    assert [e["update"] for e in entries] == [1, 2]
+    assert all(len(e["samples"]) == 4 for e in entries)  # samples_per_step is the whole step's, over both ranks
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "done" and summary["updates"] == 2
+    checkpoint = out / "checkpoints" / "checkpoint-2"
+    assert (checkpoint / "model.safetensors").is_file()
+    assert (checkpoint / "rng_state_0.pth").is_file() and (checkpoint / "rng_state_1.pth").is_file()  # both trained
+    assert set(ray_cluster.actor_logs()) - before, "no env actor ran on the Ray cluster"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_dead_env_actor_costs_its_episode_as_an_infra_failure_and_is_replaced(ray_cluster):
+    import ray
+
+    from claw_envs.pool import EnvPool
+    from claw_train.pipeline.cluster import connect
+
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from sleepy_env import ENV_ID
+    finally:
+        sys.path.remove(str(FIXTURES))
+
+    def agent(script: list[str]):
+        async def act(obs, info):
+            return script.pop(0)
+
+        return act
+
+    async def play() -> list:
+        async with EnvPool(ENV_ID, 1, backend="ray", step_timeout=30) as pool:
+            first = await pool.run_episode(agent(["a", "b"]))
+            dead = await pool.run_episode(agent(["die"]))
+            again = await pool.run_episode(agent(["a", "b"]))
+            return [first, dead, again]
+
+    if ray.is_initialized():
+        ray.shutdown()
+    connect(ray_cluster.address)
+    try:
+        first, dead, again = asyncio.run(play())
+    finally:
+        ray.shutdown()
+    assert (first.status, first.terminated) == ("ok", True)
+    assert dead.status == "infra_failure" and "step" in dead.error
+    assert (again.status, again.terminated) == ("ok", True)
+    pids = {first.infos[0]["pid"], again.infos[0]["pid"]}
+    assert len(pids) == 2 and os.getpid() not in pids  # a new actor process replaced the dead one
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [
+        (lambda: f"127.0.0.1:{free_port()}", "no Ray cluster answers there"),
+        (lambda: "no-port-given", "give auto or HOST:PORT"),
+    ],
+)
+def test_an_unreachable_ray_address_fails_fast_before_any_model_loads(tmp_path, address, said):
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "claw-train"), "--env", "toolcall", "--updates", "1", "--output-dir", str(tmp_path / "run"),
+         "--ray-address", address(), "--no-display"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output[-3000:]
+    assert "--ray-address" in output and said in output
+    assert "tiny model" not in output and not (tmp_path / "run").exists()  # no model loaded, no run started
+    assert time.monotonic() - started < 90
+
+
+def ranks_by_hand(argvs: list[list[str]], tmp_path: Path) -> list[subprocess.CompletedProcess]:
+    """Start one claw-train per argv as ranks of one process group (what a launcher does), wait for all."""
+    port = free_port()
+    procs = []
+    for rank, argv in enumerate(argvs):
+        env = {
+            **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+            "LOCAL_RANK": str(rank), "WORLD_SIZE": str(len(argvs)), "LOCAL_WORLD_SIZE": str(len(argvs)),
+            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+        }  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [str(BIN / "claw-train"), *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+            )
+        )
+    done = []
+    for p in procs:
+        stdout, _ = p.communicate(timeout=150)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, ""))
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_ranks_started_with_different_options_stop_and_name_them(tmp_path, toolcall_model):
+    base = ["--env", "toolcall", "--model", toolcall_model, "--updates", "1", "--output-dir", str(tmp_path / "run"),
+            "--report-to", "none", "--no-display"]  # fmt: skip
+    ranks = ranks_by_hand([[*base, "--seed", "0"], [*base, "--seed", "1"]], tmp_path)
+    for rank in ranks:
+        output = " ".join(rank.stdout.split())
+        assert rank.returncode == 2, output[-3000:]
+        assert "different options" in output and "seed: rank 0 0, rank 1 1" in output
+    assert not (tmp_path / "run" / "run.json").exists()  # no run was started
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_rank_0_that_cannot_start_releases_the_other_ranks(tmp_path, toolcall_model):
+    argv = ["--env", "toolcall", "--model", toolcall_model, "--updates", "1", "--output-dir", str(tmp_path / "none"),
+            "--resume", "--report-to", "none", "--no-display"]  # fmt: skip
+    leader, follower = ranks_by_hand([argv, argv], tmp_path)
+    assert leader.returncode == 2 and "--resume: no run in" in leader.stdout, leader.stdout[-3000:]
+    follower_said = " ".join(follower.stdout.split())
+    assert follower.returncode == 1, follower_said[-3000:]
+    assert "rank 1: rank 0 stopped before training: --resume: no run in" in follower_said
