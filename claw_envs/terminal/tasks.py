@@ -198,6 +198,72 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "check": "[ -z \"$(find cache -name '*.tmp')\" ] && test -f cache/keep.txt && test -f cache/deep/data.bin",
         "solution": ["find cache -name '*.tmp' -delete"],
     },
+    "json-port": {
+        "instruction": "config.json describes a server. Write the value of its server port into port.txt.",
+        "files": {"config.json": '{"name": "api", "server": {"host": "0.0.0.0", "port": 8443}, "port_note": 80}\n'},
+        "check": '[ "$(tr -d " \\n" < port.txt)" = 8443 ]',
+        "solution": [
+            "cat config.json",
+            "python3 -c \"import json; print(json.load(open('config.json'))['server']['port'])\" > port.txt",
+        ],
+    },
+    "dedupe-keep-order": {
+        "instruction": "visits.txt has repeated lines. Write each line once, keeping the order of first appearance, "
+        "into first_visits.txt.",
+        "files": {"visits.txt": "home\nshop\nhome\ncart\nshop\npay\nhome\n"},
+        "check": 'printf "home\\nshop\\ncart\\npay\\n" | diff - first_visits.txt',
+        "solution": ["awk '!seen[$0]++' visits.txt > first_visits.txt"],
+    },
+    "csv-average": {
+        "instruction": "scores.csv has a header and the columns name,score. Write the average score, with exactly two "
+        "decimals, into average.txt.",
+        "files": {"scores.csv": "name,score\nana,91\nbo,78\ncy,85\ndee,66\n"},
+        "check": '[ "$(tr -d " \\n" < average.txt)" = 80.00 ]',
+        "solution": ["awk -F, 'NR > 1 {s += $2; n++} END {printf \"%.2f\\n\", s / n}' scores.csv > average.txt"],
+    },
+    "replace-in-docs": {
+        "instruction": "Replace every 'colour' with 'color' in all .md files under docs/ (in any subfolder); leave "
+        "other files unchanged.",
+        "files": {
+            "docs/intro.md": "Pick a colour.\nThe colour of the sky.\n",
+            "docs/guide/style.md": "Background colour: blue\n",
+            "docs/notes.txt": "colour stays here\n",
+        },
+        "check": "! grep -rq colour --include='*.md' docs && grep -q 'Pick a color.' docs/intro.md"
+        " && grep -q 'Background color: blue' docs/guide/style.md && grep -qx 'colour stays here' docs/notes.txt",
+        "solution": ["grep -rl colour docs", "find docs -name '*.md' -exec sed -i 's/colour/color/g' {} +"],
+    },
+    "largest-file": {
+        "instruction": "Find the largest file under data/ (in any subfolder) and write its path, relative to the "
+        "current directory (like data/x/y.bin), into largest.txt.",
+        "files": {
+            "data/a.txt": "a" * 10 + "\n",
+            "data/logs/old.log": "x" * 500 + "\n",
+            "data/logs/new.log": "y" * 120 + "\n",
+            "data/img/raw.bin": "z" * 300 + "\n",
+        },
+        "check": '[ "$(tr -d " \\n" < largest.txt)" = data/logs/old.log ]',
+        "solution": ["find data -type f -printf '%s %p\\n' | sort -rn | head -1 | cut -d' ' -f2 > largest.txt"],
+    },
+    "git-first-commit": {
+        "instruction": "Turn the current directory into a git repository and commit README.md in a first commit "
+        "with the message: initial commit",
+        "files": {"README.md": "# Notes\n"},
+        "check": "[ \"$(git log --format=%s)\" = 'initial commit' ] && git ls-files --error-unmatch README.md"
+        " && [ -z \"$(git status --porcelain)\" ]",
+        "solution": [
+            "git init -q",
+            "git add README.md && git -c user.name=Agent -c user.email=agent@example.com commit -qm 'initial commit'",
+        ],
+    },
+    "stop-hanging-script": {
+        "instruction": "hang.sh never finishes. Run it with a time limit of 1 second and write the exit status you "
+        "get into status.txt.",
+        "files": {"hang.sh": "#!/bin/bash\nsleep 600\n"},
+        "setup": "chmod +x hang.sh",
+        "check": '[ "$(tr -d " \\n" < status.txt)" = 124 ]',
+        "solution": ["timeout 1 ./hang.sh; echo $? > status.txt"],
+    },
     "eng-staff": {
         "instruction": "staff.csv has the columns name,team. Write the names in team eng, sorted, into eng.txt.",
         "files": {"staff.csv": "name,team\nzoe,eng\nmia,ops\nleo,eng\nava,eng\nben,ops\n"},

@@ -1,0 +1,2 @@
+#!/bin/bash
+while true; do sleep 1; done
