@@ -201,7 +201,8 @@ def _copy(
         if not host.is_relative_to(context.resolve()) or not host.exists():
             return f"{source} is not a file of the build context"
         if host == context.resolve():
-            names = sorted(p.name for p in host.iterdir() if p.name not in private and p.name != "Dockerfile")
+            skip = {*private, "Dockerfile", "__pycache__"}
+            names = sorted(p.name for p in host.iterdir() if p.name not in skip)
             copies.extend([str((host / n).relative_to(base)), posixpath.join(dest_abs, n)] for n in names)
         elif host.is_dir() or dest.endswith("/") or len(sources) > 1:
             target = dest_abs if host.is_dir() and not dest.endswith("/") else posixpath.join(dest_abs, host.name)
@@ -290,6 +291,6 @@ def _text(path: Path) -> str:
 def _digest(folder: Path) -> str:
     """SHA-256 over every file's relative path and bytes, so a task's hash changes with its files."""
     h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()

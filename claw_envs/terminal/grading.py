@@ -3,7 +3,7 @@ hidden tests after it.
 
 **Before the agent** (:func:`prepare_folder`): lines of the Dockerfile the local backend cannot honour make the task
 an :class:`~claw_envs.core.InfraFailure` (never a reward of 0); the ``COPY``'d files are written into the workdir
-(executable bits kept) and the honoured ``RUN`` lines run there.
+(executable when they are on the host or start with ``#!``) and the honoured ``RUN`` lines run there.
 
 **Grading** (:func:`grade_folder`): the tests are copied into a host folder shown read-only at ``/tests`` and an
 empty host folder writable at ``/logs/verifier``, for the verifier's command only: the agent never sees either,
@@ -123,11 +123,12 @@ async def prepare_folder(sandbox: Sandbox, data: dict[str, Any], timeout: float)
     executables = []
     for src, dest in data.get("copies", []):
         host = folder / src
-        files = [host] if host.is_file() else sorted(p for p in host.rglob("*") if p.is_file())
+        files = [host] if host.is_file() else sorted(p for p in host.rglob("*") if p.is_file() and not _cache(p))
         for path in files:
             inside = dest if path == host else f"{dest}/{path.relative_to(host).as_posix()}"
-            await asyncio.to_thread(sandbox.write_file, inside, path.read_bytes())
-            if os.access(path, os.X_OK):
+            content = path.read_bytes()
+            await asyncio.to_thread(sandbox.write_file, inside, content)
+            if os.access(path, os.X_OK) or content.startswith(b"#!"):  # an install may drop the mode, not a shebang
                 executables.append(inside)
     commands = [f"chmod +x -- {' '.join(shlex.quote(p) for p in executables)}"] if executables else []
     for command in [*commands, *data.get("setup", [])]:
@@ -235,9 +236,14 @@ def _reward(logs: Path) -> float | None:
 
 def _copy_tests(source: Path, dest: Path) -> None:
     """The tests, readable (not writable) by the sandbox user: files 0644 (0755 when executable), folders 0755."""
-    shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=False)
+    shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+
+
+def _cache(path: Path) -> bool:
+    """Whether ``path`` is bytecode an install compiled (``__pycache__``), not a file of the task."""
+    return "__pycache__" in path.parts
 
 
 def _logical_lines(script: str) -> list[str]:

@@ -250,7 +250,7 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "with the message: initial commit",
         "files": {"README.md": "# Notes\n"},
         "check": "[ \"$(git log --format=%s)\" = 'initial commit' ] && git ls-files --error-unmatch README.md"
-        " && [ -z \"$(git status --porcelain)\" ]",
+        ' && [ -z "$(git status --porcelain)" ]',
         "solution": [
             "git init -q",
             "git add README.md && git -c user.name=Agent -c user.email=agent@example.com commit -qm 'initial commit'",
