@@ -192,6 +192,10 @@ def test_the_site_builds_strict_with_a_reference_page_per_public_module(tmp_path
         assert f'href="{"/".join(module.split("."))}/"' in index, f"{module} is not linked from the reference index"
         absent = [a for a in _anchors(module) if f'id="{a}"' not in html]
         assert not absent, f"the reference page of {module} lacks {absent}"
+    leftover = [p for p in (site / "reference").rglob("*.html") if api_reference.ROLE.search(p.read_text())]
+    assert not leftover, f"Sphinx roles left as text in {leftover[:3]}"
+    registry = (site / "reference" / "claw_envs" / "registry" / "index.html").read_text()
+    assert 'href="../spec/#claw_envs.spec.FamilySpec"><code>FamilySpec</code></a>' in registry  # a role, linked
     assert not list(site.rglob("*.py")), "the docs hook was copied into the site"
     assert "fonts.googleapis.com" not in (site / "index.html").read_text()
 
@@ -206,3 +210,17 @@ def test_a_broken_cross_reference_fails_the_strict_build(tmp_path):
     proc = _mkdocs("build", "--strict", "-f", str(config), "--site-dir", str(tmp_path / "site"))
     assert proc.returncode != 0
     assert "Could not find cross-reference target 'claw_envs.core.NoSuchEnv'" in proc.stdout + proc.stderr
+
+
+def test_sphinx_roles_become_optional_cross_references():
+    html = (
+        "<p>See :class:<code>~claw_envs.spec.FamilySpec</code>, :meth:<code>RunDir.prepare</code>, "
+        ":mod:<code>.workspace</code> and :func:<code>asyncio.run()</code>.</p>"
+    )
+    out = api_reference.roles_to_links(html, "claw_envs.swe.env", is_package=False)
+    assert '<autoref identifier="claw_envs.spec.FamilySpec" optional><code>FamilySpec</code></autoref>' in out
+    assert '<autoref identifier="claw_envs.swe.env.RunDir.prepare" optional><code>RunDir.prepare</code>' in out
+    assert '<autoref identifier="claw_envs.swe.workspace" optional><code>workspace</code></autoref>' in out
+    assert '<autoref identifier="claw_envs.swe.env.asyncio.run" optional><code>asyncio.run()</code>' in out
+    assert ":class:" not in out and ":mod:" not in out
+    assert api_reference.role_target(".workspace", "claw_envs.swe", is_package=True) == "claw_envs.swe.workspace"

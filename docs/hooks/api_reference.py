@@ -8,13 +8,17 @@ from the docstrings and cannot drift from the code.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
 
 PACKAGES = ("claw_envs", "claw_train", "judges")
 REFERENCE = "reference"
+# a Sphinx role as Markdown renders it: :class:`~claw_envs.spec.FamilySpec` -> :class:<code>~claw_envs…</code>
+ROLE = re.compile(r":(?:py:)?(?:func|meth|class|mod|attr|data|exc|obj|const):<code>(~?)(\.?[\w.]+?)(\(\))?</code>")
 
 
 def public_modules(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[str]:
@@ -79,3 +83,37 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     for module in modules:
         files.append(File.generated(config, page_path(module), content=page_text(module)))
     return files
+
+
+def role_target(text: str, module: str, is_package: bool) -> str:
+    """The dotted name a role's ``text`` means on ``module``'s page: relative names (``.workspace``,
+    ``RunDir.prepare``) are read from the module, names that start with a package of ours stay as written."""
+    if text.startswith("."):
+        base = module if is_package else module.rpartition(".")[0]
+        return f"{base}{text}"
+    if text.split(".")[0] in PACKAGES:
+        return text
+    return f"{module}.{text}"
+
+
+def roles_to_links(html: str, module: str, is_package: bool) -> str:
+    """Sphinx roles left in docstrings become optional cross-references: a link where the name resolves, plain
+    code where it does not (a name outside the reference), never a broken link."""
+
+    def link(match: re.Match[str]) -> str:
+        short, text, call = match.groups()
+        title = text.rsplit(".", 1)[-1] if short else text.lstrip(".")
+        target = role_target(text, module, is_package)
+        return f'<autoref identifier="{target}" optional><code>{title}{call or ""}</code></autoref>'
+
+    return ROLE.sub(link, html)
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """On reference pages, turn the Sphinx roles of the docstrings into cross-references."""
+    uri = page.file.src_uri
+    if not uri.startswith(f"{REFERENCE}/") or uri == f"{REFERENCE}/index.md":
+        return html
+    module = uri.removeprefix(f"{REFERENCE}/").removesuffix(".md").replace("/", ".")
+    is_package = (_root(config) / Path(*module.split(".")) / "__init__.py").is_file()
+    return roles_to_links(html, module, is_package)
