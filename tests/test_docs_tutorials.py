@@ -94,8 +94,13 @@ def test_the_tutorials_have_runnable_blocks():
     assert {"quickstart", "envs", "learning", "reading-a-run", "evaluating", "serving"} <= names
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
+def _param(page: Path) -> object:
+    """A page as a test case; one that bootstraps a model is ``slow`` (the quick loop skips it)."""
+    marks = [pytest.mark.slow] if "bootstrap(" in page.read_text() else []
+    return pytest.param(page, id=page.stem, marks=marks)
+
+
+@pytest.mark.parametrize("page", [_param(p) for p in PAGES])
 def test_tutorial_runs_as_written(page, tmp_path):
     run_page(page, tmp_path)
 
