@@ -35,7 +35,6 @@ CHROMIUM_FLAGS = (
     "--no-first-run",
     "--disable-dev-shm-usage",
 )
-READ_MESSAGES_JS = "window.claw && window.claw.take ? window.claw.take() : []"
 READ_STATE_JS = "window.clawState ? window.clawState() : null"
 TREE_JS = resources.files("claw_envs.gui").joinpath("tree.js").read_text(encoding="utf-8")
 _T = TypeVar("_T")
@@ -251,10 +250,11 @@ class BrowserBackend:
             key: Element(key, str(v[0]), str(v[1]), (float(v[2]), float(v[3]), float(v[4]), float(v[5])))
             for key, v in dict(data["elements"]).items()
         }
-        return Screen(png, tree_text(list(data["lines"])), elements, page.url, str(data["title"]))
+        messages = tuple(str(m) for m in data.get("messages") or [])
+        return Screen(png, tree_text(list(data["lines"])), elements, page.url, str(data["title"]), messages)
 
     async def evaluate(self, expression: str) -> Any:
-        """Run a JavaScript expression of ours (never the agent's) in the page: the app's state, its messages."""
+        """Run a JavaScript expression of ours (never the agent's) in the page: the app's state, MiniWoB's globals."""
         page = self._require_page()
         await self._settle()
         try:
@@ -267,10 +267,6 @@ class BrowserBackend:
     async def app_state(self) -> Any:
         """The app's real state, ``window.clawState()`` (what the task's check reads)."""
         return await self.evaluate(READ_STATE_JS)
-
-    async def take_messages(self) -> list[str]:
-        """Messages the page posted with ``claw.say`` since the last call."""
-        return [str(m) for m in await self.evaluate(READ_MESSAGES_JS) or []]
 
     async def _settle(self) -> None:
         """Wait for a navigation the last action started to finish loading."""
@@ -299,7 +295,7 @@ class BrowserBackend:
         page = self._require_page()
         a = op.args
         if op.name in ("click", "dblclick", "fill", "clear", "press", "select_option", "hover", "focus"):
-            await self._element_op(page, op, screen)
+            await self._element_op(page, op, screen)  # Playwright waits for a navigation it starts
         elif op.name == "scroll":
             if a.get("x") is not None:
                 await self._move(page, a["x"], a["y"])
@@ -324,7 +320,8 @@ class BrowserBackend:
             await asyncio.sleep(a["seconds"])
         else:  # send_msg_to_user, done, fail: nothing happens on the page
             return
-        await asyncio.sleep(0.05)  # let the page react (handlers, navigation start) before it is read
+        if "bid" not in op.args:
+            await asyncio.sleep(0.02)  # raw input: let the page's handlers start a navigation before it is read
         await self._settle()
         if not self.allowed(page.url):  # a link or script led off the task (the request itself was refused)
             if not self.blocked:

@@ -188,7 +188,10 @@ class DesktopBackend:
             key: Element(key, str(v[0]), str(v[1]), (float(v[2]), float(v[3]), float(v[4]), float(v[5])))
             for key, v in dict(report.get("elements", {})).items()
         }
-        return Screen(png, tree_text(list(report.get("lines", []))), elements, "", str(report.get("title", "")))
+        posted = list(report.get("messages", []))
+        messages, self._seen_messages = tuple(posted[self._seen_messages :]), len(posted)
+        tree = tree_text(list(report.get("lines", [])))
+        return Screen(png, tree, elements, "", str(report.get("title", "")), messages)
 
     def _grab(self) -> bytes:
         from PIL import ImageGrab
@@ -201,12 +204,6 @@ class DesktopBackend:
     async def app_state(self) -> Any:
         """The app's real state (what the task's check reads)."""
         return (await self._sync()).get("state")
-
-    async def take_messages(self) -> list[str]:
-        """Messages the app posted since the last call."""
-        messages = list((await self._sync()).get("messages", []))
-        new, self._seen_messages = messages[self._seen_messages :], len(messages)
-        return new
 
     def take_blocked(self) -> list[str]:
         """Nothing is ever fetched on the desktop: always empty."""

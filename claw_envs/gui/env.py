@@ -74,7 +74,7 @@ class GUIEnv(ClawEnv):
         render_mode: str | None = None,
         task_dir: str | None = None,
         viewport: tuple[int, int] = (800, 600),
-        step_timeout: float = 10.0,
+        step_timeout: float = 20.0,
     ):
         if tasks is None and task_dir is not None:
             tasks = load_tasks(task_dir, split=split)
@@ -149,7 +149,6 @@ class GUIEnv(ClawEnv):
         else:
             await self._open_app(backend, task)
             self._instruction = str(task.data["instruction"])
-            await backend.take_messages()  # what the app said while loading is no answer to an action
         self._screen = await backend.observe()
         messages = self.opening_messages(self._instruction, self._screen)
         return Opening(self._observation(self._screen, ""), messages, {"instruction": self._instruction})
@@ -194,8 +193,8 @@ class GUIEnv(ClawEnv):
         """Perform the ops, then look at the screen: what changed, what the app said, what was blocked."""
         error = await self._perform(parsed.ops, before)
         blocked = self._backend.take_blocked()
-        messages = await self._backend.take_messages()
         after = await self._backend.observe()
+        messages = list(after.messages)
         self._screen = after
         signal = step_signal(
             error=error,

@@ -45,12 +45,14 @@ class Screen:
     elements: Mapping[str, Element] = field(default_factory=dict)
     url: str = ""
     title: str = ""
+    messages: tuple[str, ...] = ()
+    """What the app posted to the user since the previous observation (a validation error, "wrong item")."""
 
     @functools.cached_property
     def fingerprint(self) -> str:
         """Changes when anything the agent can see changes (tree, address, title or pixels)."""
         digest = hashlib.sha256(self.png)
-        digest.update(f"\0{self.tree}\0{self.url}\0{self.title}".encode())
+        digest.update(f"\0{self.tree}\0{self.url}\0{self.title}".encode())  # messages are said, not seen
         return digest.hexdigest()
 
     def find(self, role: str, name: str) -> Element | None:

@@ -1,5 +1,6 @@
 // Describe the page for claw's GUI env: give every element worth naming a stable data-claw-id and
-// return one line per element ([id] role "name" state), indented under its parent, plus each box.
+// return one line per element ([id] role "name" state), indented under its parent, plus each box, and the
+// messages the app posted with claw.say since the last call.
 () => {
   const TAG_ROLES = { A: "link", BUTTON: "button", SELECT: "combobox", TEXTAREA: "textbox", LI: "listitem",
     TD: "cell", TH: "columnheader", P: "paragraph", LABEL: "label", H1: "heading", H2: "heading", H3: "heading",
@@ -70,5 +71,6 @@
     for (const child of el.children) walk(child, inner);
   };
   walk(document.body, 0);
-  return { lines, elements, title: document.title };
+  const messages = window.claw && window.claw.take ? window.claw.take() : [];
+  return { lines, elements, title: document.title, messages };
 }
