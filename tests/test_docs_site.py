@@ -181,7 +181,9 @@ def test_the_site_builds_strict_with_a_reference_page_per_public_module(tmp_path
     site = tmp_path / "site"
     proc = _mkdocs("build", "--strict", "--site-dir", str(site))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    for page in ("quickstart", "envs", "adding-an-env", "learning", "reading-a-run", "evaluating", "gpu", "serving"):
+    pages = ["quickstart", "adding-an-env", "learning", "reading-a-run", "evaluating", "gpu", "serving", "envs"]
+    pages += [f"envs/{family}" for family in ("conversation", "toolcall", "terminal", "swe", "gui")]
+    for page in pages:
         assert (site / page / "index.html").is_file(), page
     modules = api_reference.public_modules(ROOT)
     assert {"claw_envs.core", "claw_envs.sandbox.local", "claw_envs.pool", "judges.prm", "claw_train.advantages",

@@ -61,7 +61,7 @@ def run_page(path: Path, workdir: Path, timeout: float = 240) -> None:
         for block in blocks(path.read_text()):
             if not block.run:
                 continue
-            where = f"{path.name}:{block.line}"
+            where = f"{path.relative_to(DOCS) if path.is_relative_to(DOCS) else path.name}:{block.line}"
             if block.lang == "python":
                 try:
                     code = compile(block.code, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
@@ -86,18 +86,24 @@ def run_page(path: Path, workdir: Path, timeout: float = 240) -> None:
         os.environ.update(saved)
 
 
-PAGES = sorted(p for p in DOCS.glob("*.md") if MARKER in p.read_text())
+PAGES = sorted(p for p in DOCS.rglob("*.md") if MARKER in p.read_text())
 
 
 def test_the_tutorials_have_runnable_blocks():
-    names = {p.stem for p in PAGES}
-    assert {"quickstart", "envs", "learning", "reading-a-run", "evaluating", "serving"} <= names
+    names = {_name(p) for p in PAGES}
+    families = {f"envs/{f}" for f in ("conversation", "toolcall", "terminal", "swe", "gui")}
+    assert {"quickstart", "envs/index", "learning", "reading-a-run", "evaluating", "serving", "gpu"} | families <= names
+
+
+def _name(page: Path) -> str:
+    """A page's path under docs/, without ``.md``."""
+    return page.relative_to(DOCS).with_suffix("").as_posix()
 
 
 def _param(page: Path) -> object:
     """A page as a test case; one that bootstraps a model is ``slow`` (the quick loop skips it)."""
     marks = [pytest.mark.slow] if "bootstrap(" in page.read_text() else []
-    return pytest.param(page, id=page.stem, marks=marks)
+    return pytest.param(page, id=_name(page), marks=marks)
 
 
 @pytest.mark.parametrize("page", [_param(p) for p in PAGES])
