@@ -17,7 +17,7 @@ from test_sandbox import needs_bwrap
 import claw_envs
 from claw_envs.terminal import TerminalEnv
 from claw_envs.terminal.actions import fenced_text, read_turn, tool_call_text
-from claw_envs.terminal.tasks import BUILTIN, builtin_tasks, load_tasks
+from claw_envs.terminal.tasks import BUILTIN, builtin_folders, builtin_tasks, load_tasks
 
 pytestmark = needs_bwrap
 
@@ -277,7 +277,9 @@ def test_seeding_picks_tasks_reproducibly_per_env():
 
 def test_splits_are_disjoint_and_fixed_by_hash():
     train, test = {t.id for t in builtin_tasks("train")}, {t.id for t in builtin_tasks("test")}
-    assert train.isdisjoint(test) and train | test == set(BUILTIN) and len(BUILTIN) >= 20 and len(test) >= 3
+    folders = builtin_folders()
+    assert train.isdisjoint(test) and train | test == set(BUILTIN) | set(folders) and len(test) >= 3
+    assert len(train | test) >= 40 and len(folders) >= 10 and {d["format"] for d in folders.values()} == {"harbor"}
     with pytest.raises(ValueError, match="splits"):
         builtin_tasks("dev")
 
@@ -302,21 +304,22 @@ def test_reference_actions_and_demonstrations_speak_the_action_format(env):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_claw_train_terminal_end_to_end(tmp_path):
+@pytest.mark.timeout(280)
+def test_claw_train_then_claw_eval_on_a_folder_of_task_folders(tmp_path):
     pytest.importorskip("trl")
     from claw_train.logs import Ledger
-    from claw_train.tiny import bootstrap
 
-    model = str(bootstrap("terminal", steps=2, progress=False))
+    tasks = str(Path(__file__).parent / "fixtures" / "terminal" / "good")
+    model = str(bootstrap_tiny())
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"
-    config.write_text("max_new_tokens: 16\nmax_turns: 2\nreport_to: none\n")  # the env defaults otherwise
-    claw_train = str(Path(sys.executable).parent / "claw-train")
+    config.write_text("max_new_tokens: 16\nmax_turns: 2\nreport_to: none\nsamples_per_step: 4\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    bin_dir = Path(sys.executable).parent
     proc = subprocess.run(
-        [claw_train, "--env", "terminal", "--model", model, "--updates", "2", "--output-dir", str(out),
-         "--config", str(config), "--no-display"],
-        capture_output=True, text=True, timeout=220, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [str(bin_dir / "claw-train"), "--env", "terminal", "--tasks", tasks, "--model", model, "--updates", "2",
+         "--output-dir", str(out), "--config", str(config), "--no-display"],
+        capture_output=True, text=True, timeout=170, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     entries = Ledger(out / "ledger.jsonl").effective()
@@ -324,3 +327,23 @@ def test_claw_train_terminal_end_to_end(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "done" and summary["updates"] == 2
     assert json.loads((out / "run.json").read_text())["env"] == "claw/Terminal-v0"
+    from claw_train.logs import read_logs
+
+    seen = {r["task"] for r in read_logs(out / "logs") if r["kind"] == "turn"}
+    assert seen and seen <= {"harbor-basic", "harbor-reward", "tb1-basic"}  # rollouts drew from the folders only
+
+    evaluation = tmp_path / "eval"
+    proc = subprocess.run(
+        [str(bin_dir / "claw-eval"), "--env", "terminal", "--tasks", tasks, "--model", str(out), "--eval-n", "3",
+         "--max-turns", "1", "--max-new-tokens", "16", "--rollout-workers", "1", "--output-dir", str(evaluation)],
+        capture_output=True, text=True, timeout=90, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((evaluation / "summary.json").read_text())
+    assert result["tasks"] == 3 and result["samples"] == 3 and result["infra_failures"] == 0
+
+
+def bootstrap_tiny() -> Path:
+    from claw_train.tiny import bootstrap
+
+    return bootstrap("terminal", steps=2, progress=False)
