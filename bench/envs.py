@@ -1,8 +1,8 @@
 """Environment-side overheads, as ratios measured in this one run (prints a table; not a test).
 
 Each row times the same work two ways, ``ours`` (through claw) and ``bare`` (the plain way), and
-prints both medians and ``ours / bare``. To add a row, write a function ``(repeats) -> Row`` and put
-it in ``ROWS``.
+prints both medians and ``ours / bare``. To add a row, write a function ``(repeats) -> Row`` (or a list of
+rows) and put it in ``ROWS``.
 
 Run: ``.venv/bin/python bench/envs.py [--repeats N] [--ray]``
 """
@@ -13,11 +13,14 @@ import argparse
 import asyncio
 import itertools
 import os
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -121,8 +124,8 @@ def toolcall_python_step(repeats: int) -> Row:
 
 
 def terminal_command_step(repeats: int) -> Row:
-    """A Terminal-v0 step running ``ls -l`` as a bash tool call (parse, run in the episode's sandbox, read the
-    exit code and output into a next state) vs the same command run bare in a sandbox."""
+    """A Terminal-v0 step running ``ls -l`` as a bash tool call (parse, run in the episode's persistent shell, read
+    the exit code and output into a next state) vs the same command run bare (one-shot) in a sandbox."""
     from claw_envs.terminal.actions import tool_call_text
 
     command = "ls -l"
@@ -132,7 +135,121 @@ def terminal_command_step(repeats: int) -> Row:
     return _env_step_row(name, "claw/Terminal-v0", tool_call_text(command), bare, repeats)
 
 
-ROWS: list[Callable[[int], Row]] = [sandbox_true, echo_pool_local, toolcall_python_step, terminal_command_step]
+def terminal_oneshot_step(repeats: int) -> Row:
+    """The same Terminal-v0 step with ``shell="oneshot"`` (each command a fresh sandboxed shell) vs the bare command."""
+    from claw_envs.terminal.actions import tool_call_text
+
+    command = "ls -l"
+    with make_sandbox("local") as sandbox:
+        bare = timed(lambda: sandbox.run(command), repeats)
+    env = gym.make("claw/Terminal-v0", split="test", max_turns=repeats + 4, shell="oneshot").unwrapped
+    env.reset(seed=0)
+    try:
+        ours = timed(lambda: env.step(tool_call_text(command)), repeats)
+    finally:
+        env.close()
+    return Row("Terminal command step (shell=oneshot) vs the bare sandboxed command", ours, bare)
+
+
+def terminal_shell_step(repeats: int) -> Row:
+    """A Terminal-v0 step in its persistent shell vs the same command sent straight to a ``PersistentShell``: what the
+    env adds (parse, next state, history) on top of the shell."""
+    from claw_envs.sandbox.shell import PersistentShell
+    from claw_envs.terminal.actions import tool_call_text
+
+    command = "ls -l"
+    with make_sandbox("local") as sandbox:
+        shell = PersistentShell(sandbox)
+        bare = timed(lambda: shell.run(command), repeats)
+        shell.close()
+    name = "Terminal command step vs the same command in a bare PersistentShell"
+    return _env_step_row(name, "claw/Terminal-v0", tool_call_text(command), bare, repeats)
+
+
+def _swe_resets(repeats: int, mirror: str, commit: str) -> tuple[list[float], list[float]]:
+    """A workspace reset as SWE-v0 does it (new sandbox, shared clone of the cached mirror, checkout) vs a new
+    sandbox with a fresh full clone and checkout of the same mirror."""
+    from claw_envs.swe.workspace import Prepared, checkout_command, fresh_clone_command
+
+    prepared = Prepared(mirror=Path(mirror))
+    options = {**prepared.sandbox_options("local", {}), "disk_mb": 1024, "cpu_seconds": 120}
+    env = prepared.command_env("local")
+
+    def reset(command: str) -> None:
+        with make_sandbox("local", **options) as sandbox:
+            done = sandbox.run(command, timeout=300, env=env)
+            if not done.ok:
+                raise RuntimeError(done.stderr[-500:])
+
+    return timed(lambda: reset(checkout_command(commit)), repeats, 1), timed(
+        lambda: reset(fresh_clone_command(commit)), repeats, 1
+    )
+
+
+def _source_repo(folder: Path) -> tuple[str, int]:
+    """A git repository (one commit) of the largest installed package among a few, as a stand-in for a real
+    project of SWE-bench's size; returns (its name, its file count)."""
+    import site
+
+    candidates = [Path(p) / name for p in site.getsitepackages() for name in ("sympy", "pandas", "numpy", "rich")]
+    source = next(p for p in candidates if p.is_dir())
+    shutil.copytree(source, folder / source.name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc"))
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    subprocess.run(["git", "add", "-A"], cwd=folder, check=True)
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "src"], cwd=folder, check=True)
+    return source.name, sum(1 for f in folder.rglob("*") if f.is_file() and ".git" not in f.parts)
+
+
+def swe_reset(repeats: int) -> list[Row]:
+    """SWE-v0's cached reset vs a fresh clone + checkout: on a built-in repo and on a large real source tree."""
+    from claw_envs.swe.instances import builtin_instances
+    from claw_envs.swe.repos import RepoSource
+
+    rows = []
+    n = max(3, repeats // 10)
+    with tempfile.TemporaryDirectory() as tmp:
+        task = builtin_instances("test").get("claw-examples__ledger-9")
+        mirror = RepoSource(cache_dir=tmp).mirror(task.data["repo"], task.data["base_commit"])
+        ours, bare = _swe_resets(n, str(mirror), task.data["base_commit"])
+        rows.append(Row("SWE reset (built-in ledger repo) vs fresh clone+checkout", ours, bare))
+        name, files = _source_repo(Path(tmp) / "big")
+        subprocess.run(["git", "clone", "-q", "--bare", str(Path(tmp) / "big"), str(Path(tmp) / "big.git")], check=True)
+        ours, bare = _swe_resets(n, str(Path(tmp) / "big.git"), "HEAD")
+        rows.append(Row(f"SWE reset ({name} source, {files} files) vs fresh clone+checkout", ours, bare))
+    return rows
+
+
+def swe_command_step(repeats: int) -> Row:
+    """An SWE-v0 step running ``ls -l`` as a bash tool call (parse, run at /testbed in the episode's sandbox,
+    check the test files and .git, build the next state) vs the same command run bare in such a sandbox."""
+    from claw_envs.swe.actions import tool_call_text
+    from claw_envs.swe.env import SWEEnv
+
+    command = "ls -l"
+    with tempfile.TemporaryDirectory() as tmp:
+        env = SWEEnv(split="test", cache_dir=tmp, max_turns=repeats + 4)
+        env.reset(options={"task_id": "claw-examples__ledger-9"})
+        try:
+            env.step(tool_call_text("bash", {"command": "true"}))  # the checkout happens on the first command
+            ours = timed(lambda: env.step(tool_call_text("bash", {"command": command})), repeats)
+            options = env.prepared.sandbox_options("local", env.instance)
+            with make_sandbox("local", **options) as sandbox:
+                bare = timed(lambda: sandbox.run(command), repeats)
+        finally:
+            env.close()
+    return Row("SWE command step vs the bare sandboxed command", ours, bare)
+
+
+ROWS: list[Callable[[int], Row | list[Row]]] = [
+    sandbox_true,
+    echo_pool_local,
+    toolcall_python_step,
+    terminal_command_step,
+    terminal_oneshot_step,
+    terminal_shell_step,
+    swe_reset,
+    swe_command_step,
+]
 
 
 def print_rows(rows: list[Row], repeats: int) -> None:
@@ -152,7 +269,8 @@ def main() -> None:
     parser.add_argument("--ray", action="store_true", help="add the Ray backend row (starts a local Ray, ~15 s)")
     args = parser.parse_args()
     rows = ROWS + ([echo_pool_ray] if args.ray else [])
-    print_rows([measure(args.repeats) for measure in rows], args.repeats)
+    measured = [measure(args.repeats) for measure in rows]
+    print_rows([r for m in measured for r in (m if isinstance(m, list) else [m])], args.repeats)
 
 
 if __name__ == "__main__":

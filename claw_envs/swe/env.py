@@ -41,7 +41,7 @@ from claw_envs.core import (
     Transition,
     step_history,
 )
-from claw_envs.sandbox import ExecResult, Sandbox, SandboxError, make_sandbox
+from claw_envs.sandbox import ExecResult, LocalSandbox, Sandbox, SandboxError, make_sandbox
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.swe.actions import SUBMIT_MARKER, TOOLS, Turn, read_turn, submits, tool_call_text
 from claw_envs.swe.grading import PATCH_FILE, Verdict, grade_patch, patch_of, test_files
@@ -382,7 +382,10 @@ class SWEEnv(ClawEnv):
 
 
 async def _read(box: Sandbox, path: str) -> bytes | None:
+    """``path`` in the workspace, or ``None`` when it is not there (a local sandbox reads a host file, at once)."""
     try:
+        if isinstance(box, LocalSandbox):
+            return box.read_file(path)
         return await asyncio.to_thread(box.read_file, path)
     except (OSError, SandboxError, ValueError):
         return None
