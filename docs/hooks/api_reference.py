@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.files import File, Files
-from mkdocs.structure.pages import Page
+if TYPE_CHECKING:  # the tests import this module's helpers without mkdocs
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.structure.files import Files
+    from mkdocs.structure.pages import Page
 
 PACKAGES = ("claw_envs", "claw_train", "judges")
 REFERENCE = "reference"
@@ -78,6 +80,8 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Add the generated reference pages to the site's files."""
+    from mkdocs.structure.files import File
+
     modules = public_modules(_root(config))
     files.append(File.generated(config, f"{REFERENCE}/index.md", content=index_text(modules)))
     for module in modules:
