@@ -232,26 +232,29 @@ class BrowserBackend:
     # -- observing -------------------------------------------------------------------------------------
 
     async def observe(self) -> Screen:
-        """Screenshot, tree, URL and title of the page now."""
+        """Screenshot, tree, URL and title of the page now (an action's navigation has already settled)."""
         page = self._require_page()
-        await self._settle()
-        for attempt in range(2):
-            try:
-                data = await self._deadline(page.evaluate(TREE_JS), "describe the page")
-                break
-            except InfraFailure:
-                raise
-            except Exception as err:  # the page navigated while it was read: read the new one
-                if attempt or "context was destroyed" not in str(err).lower():
-                    raise InfraFailure(f"cannot read the page: {_first_line(err)}", StepStatus.BROWSER_FAILURE) from err
-                await self._settle()
-        png = await self._deadline(page.screenshot(type="png"), "take a screenshot")
+        shot = asyncio.ensure_future(self._deadline(page.screenshot(type="png"), "take a screenshot"))
+        try:
+            data = await self._describe(page)
+        finally:
+            png = await shot  # taken while the tree was read (ids are attributes: nothing visible changes)
         elements = {
             key: Element(key, str(v[0]), str(v[1]), (float(v[2]), float(v[3]), float(v[4]), float(v[5])))
             for key, v in dict(data["elements"]).items()
         }
         messages = tuple(str(m) for m in data.get("messages") or [])
         return Screen(png, tree_text(list(data["lines"])), elements, page.url, str(data["title"]), messages)
+
+    async def _describe(self, page: Any) -> dict[str, Any]:
+        try:
+            return await self._deadline(page.evaluate(TREE_JS), "describe the page")
+        except InfraFailure:
+            raise
+        except Exception as err:
+            if "context was destroyed" not in str(err).lower():
+                raise InfraFailure(f"cannot read the page: {_first_line(err)}", StepStatus.BROWSER_FAILURE) from err
+        return await self.evaluate(TREE_JS)  # the page navigated while it was read: read the new one
 
     async def evaluate(self, expression: str) -> Any:
         """Run a JavaScript expression of ours (never the agent's) in the page: the app's state, MiniWoB's globals."""
