@@ -271,6 +271,10 @@ def main() -> None:
     rows = ROWS + ([echo_pool_ray] if args.ray else [])
     measured = [measure(args.repeats) for measure in rows]
     print_rows([r for m in measured for r in (m if isinstance(m, list) else [m])], args.repeats)
+    from gui import report as gui_report  # bench/gui.py: GUI step vs raw Playwright, resets, episodes/s
+
+    for line in gui_report(min(args.repeats, 30)):
+        print(line)
 
 
 if __name__ == "__main__":
