@@ -54,6 +54,7 @@ class DesktopApp:
     # -- the report ------------------------------------------------------------------------------------
 
     def poll(self) -> None:
+        """Answer a new request from the env with a fresh report, then look again in ``POLL_MS``."""
         try:
             request = (self.state_dir / "request").read_text()
         except FileNotFoundError:
@@ -65,6 +66,7 @@ class DesktopApp:
         self.root.after(POLL_MS, self.poll)
 
     def write(self, ack: str) -> None:
+        """Write the report (tree, boxes, state, messages) atomically, tagged with the request ``ack``."""
         lines: list[str] = []
         elements: dict[str, list[Any]] = {}
         for widget, depth in self._widgets(self.root, 0):
@@ -122,6 +124,7 @@ class NotesApp(DesktopApp):
         self.status.pack()
 
     def save(self) -> None:
+        """The Save button: keep the title, or say that it is empty."""
         title = self.entry.get().strip()
         if not title:
             self.say("The title is empty.")
@@ -148,9 +151,11 @@ class PrefsApp(DesktopApp):
         tk.Button(self.root, text="Apply", command=self.apply).pack(pady=10)
 
     def current(self) -> dict[str, bool]:
+        """The switches as they are now (applied or not)."""
         return {"wifi": bool(self.wifi.get()), "bluetooth": bool(self.bluetooth.get())}
 
     def apply(self) -> None:
+        """The Apply button: the switches as they are now become the applied settings."""
         self.applied = self.current()
 
     def state(self) -> dict[str, Any]:
