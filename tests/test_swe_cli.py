@@ -42,11 +42,11 @@ def test_check_names_a_broken_instance_and_why(cli_env, tmp_path):
     broken = widget_row(base)
     broken["patch"] = broken["patch"].replace("w * h", "w * h + 0 * 1 + 1")  # the "gold" patch is wrong
     tasks = tmp_path / "rows.jsonl"
-    tasks.write_text(json.dumps(widget_row(base) | {"instance_id": "acme__widgets-2"}) + "\n" + json.dumps(broken))
+    tasks.write_text(json.dumps(broken) + "\n")
     args = [str(BIN / "claw-envs"), "check", "swe", "--dataset", str(tasks), "--repos", str(repos), "--split", "test"]
     proc = run(args, cli_env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "1 of 2 swe tasks pass the check" in proc.stdout
+    assert "0 of 1 swe tasks pass the check" in proc.stdout
     assert "failing: acme__widgets-1" in proc.stdout and "does not solve it" in proc.stdout
 
 
@@ -89,7 +89,7 @@ def test_claw_train_swe_end_to_end(cli_env, tmp_path):
 
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"
-    config.write_text("max_new_tokens: 16\nmax_turns: 2\nreport_to: none\n")
+    config.write_text("max_new_tokens: 16\nmax_turns: 2\nsamples_per_step: 8\nreport_to: none\n")
     args = [str(BIN / "claw-train"), "--env", "swe", "--model", "tiny", "--updates", "2", "--output-dir", str(out)]
     proc = run([*args, "--config", str(config), "--no-display"], cli_env, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -193,6 +193,8 @@ def test_turn_reading():
     assert read_turn(tool_call_text("submit")).kind == "submit"
     assert read_turn("```bash\nls\n```").command == "ls"
     assert read_turn("done, I think").kind == "problem"
+    empty = read_turn("  ")
+    assert empty.tag == "empty_action" and "submit" in empty.problem and "done" not in empty.problem
 
 
 # -- repositories and instances of your own --------------------------------------------------------

@@ -60,12 +60,13 @@ def read_turn(action: str, *, id_prefix: str = "call_", max_command_bytes: int =
             tag="several_commands",
         )
     turn = read_command(action, id_prefix=id_prefix, max_command_bytes=max_command_bytes)
-    if turn.kind == "final":
+    if turn.kind == "final" or turn.tag == "empty_action":
+        what = "is empty" if turn.kind == "problem" else "has no command"
         return Turn(
             "problem",
-            problem="the turn has no command: run one bash command, or submit your fix with the submit tool "
+            problem=f"the turn {what}: run one bash command, or submit your fix with the submit tool "
             f"(or a command whose output starts with {SUBMIT_MARKER})",
-            tag="no_command",
+            tag=turn.tag or "no_command",
         )
     return Turn(turn.kind, command=turn.command, call=turn.call, prose=turn.prose, problem=turn.problem, tag=turn.tag)
 
