@@ -1,7 +1,8 @@
 """``claw/GUI-v0``: a real screen — headless Chromium through Playwright, or an Xvfb desktop driven by
 pyautogui — with screenshot + accessibility tree observations and actions parsed against a whitelist.
 
-``actions`` reads an action (element actions, pyautogui code, a computer-use tool call) without running it,
+``actions`` reads an action (element actions, pyautogui code; ``computer_use`` a computer-use tool call)
+without running it,
 ``browser`` and ``desktop`` are the backends, ``apps/`` and ``desktop_apps`` the apps the tasks run on,
 ``server`` serves the web apps on loopback, ``screen`` describes a screen, ``tasks`` holds the built-in tasks
 and their checks, ``miniwob`` reads MiniWoB++-style pages, ``signals`` scores a step, and ``env`` is the

@@ -29,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from claw_envs.toolcall.actions import ParseLimits, parse_action
-
 MAX_ACTION_CHARS = 20_000
 """Longest action text read; a longer one is refused before parsing."""
 MAX_TEXT_CHARS = 2_000
@@ -40,33 +38,6 @@ MAX_STATEMENTS = 20
 MAX_WAIT_SECONDS = 3.0
 """Longest ``WAIT``/``time.sleep``/``wait`` honoured; longer waits are cut to this."""
 CONTROL_WORDS = ("WAIT", "DONE", "FAIL")
-
-COMPUTER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "computer",
-        "description": "Use the mouse and keyboard on the screen (coordinates in screenshot pixels).",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "action": {"type": "string"},
-                "coordinate": {"type": "array"},
-                "start_coordinate": {"type": "array"},
-                "text": {"type": "string"},
-                "keys": {"type": "array"},
-                "scroll_direction": {"type": "string"},
-                "scroll_amount": {"type": "integer"},
-                "pixels": {"type": "integer"},
-                "duration": {"type": "number"},
-                "time": {"type": "number"},
-                "status": {"type": "string"},
-            },
-            "required": ["action"],
-        },
-    },
-}
-_TOOL_NAMES = ("computer", "computer_use")
-_TOOL_SCHEMAS = {name: COMPUTER_TOOL["function"]["parameters"] for name in _TOOL_NAMES}
 
 KEY_NAMES: dict[str, str] = {
     **{c: c for c in "abcdefghijklmnopqrstuvwxyz0123456789"},
@@ -184,10 +155,11 @@ def parse(text: str) -> ParsedAction:
     if stripped.upper() in CONTROL_WORDS:
         return ParsedAction((Op(stripped.lower() if stripped.upper() != "WAIT" else "wait", {"seconds": 1.0}),),
                             "control")  # fmt: skip
-    if "<tool_call>" in stripped:
-        return _parse_tool_call(stripped)
-    if stripped.startswith("{"):  # an OpenAI message with tool_calls, or a bare call object
-        return _parse_tool_call(stripped if '"tool_calls"' in stripped else f"<tool_call>{stripped}</tool_call>")
+    if "<tool_call>" in stripped or stripped.startswith("{"):  # a tool call, an OpenAI message, a bare call object
+        from claw_envs.gui.computer_use import parse_tool_call
+
+        return parse_tool_call(stripped if "<tool_call>" in stripped or '"tool_calls"' in stripped
+                               else f"<tool_call>{stripped}</tool_call>")  # fmt: skip
     fence = _FENCE.match(stripped)
     if fence:
         stripped = fence.group("body").strip()
@@ -244,11 +216,11 @@ def _read_call(code: str, call: ast.Call) -> tuple[str, list[Op]]:
                 if call.keywords:
                     raise ActionError("pyautogui.hotkey takes key names only, e.g. hotkey('ctrl', 'a')", "bad_argument")
                 keys = [_literal(a, code) for a in call.args]
-                return "pyautogui", [Op("hotkey", {"keys": _keys(keys)})]
+                return "pyautogui", [Op("hotkey", {"keys": key_names(keys)})]
             return "pyautogui", _pyautogui_ops(name, _bind(f"pyautogui.{name}", _PYAUTOGUI[name], call, code))
         if owner == "time" and name == "sleep":
             args = _bind("time.sleep", _SLEEP, call, code)
-            return "pyautogui", [Op("wait", {"seconds": _wait_seconds(args["seconds"])})]
+            return "pyautogui", [Op("wait", {"seconds": wait_seconds(args["seconds"])})]
     shown = ast.unparse(func)[:60]
     raise ActionError(
         f"{shown}(...) is not an allowed action; use element actions (click, fill, press, select_option, hover, "
@@ -304,7 +276,7 @@ def _snippet(code: str, node: ast.AST) -> str:
 # -- checking values ----------------------------------------------------------------------------------------------
 
 
-def _text(value: Any, what: str) -> str:
+def text_arg(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise ActionError(f"{what} must be a string, got {type(value).__name__}", "bad_argument")
     if len(value) > MAX_TEXT_CHARS:
@@ -337,7 +309,7 @@ def _key(value: Any) -> str:
     return KEY_NAMES.get(value.lower(), value)
 
 
-def _keys(values: Sequence[Any]) -> list[str]:
+def key_names(values: Sequence[Any]) -> list[str]:
     if not values or len(values) > 6:
         raise ActionError("a key combination needs 1 to 6 key names", "bad_argument")
     return [_key(v) for v in values]
@@ -349,7 +321,7 @@ def _button(value: Any) -> str:
     return str(value)
 
 
-def _wait_seconds(value: Any) -> float:
+def wait_seconds(value: Any) -> float:
     seconds = number(value, "the wait")
     if seconds < 0:
         raise ActionError("a wait cannot be negative", "bad_argument")
@@ -371,22 +343,22 @@ def _element_op(name: str, args: Mapping[str, Any]) -> Op:
     if name == "scroll":
         return Op("scroll", {"dx": number(args["delta_x"], "delta_x"), "dy": number(args["delta_y"], "delta_y")})
     if name == "goto":
-        return Op("goto", {"url": _text(args["url"], "the URL")})
+        return Op("goto", {"url": text_arg(args["url"], "the URL")})
     if name == "send_msg_to_user":
-        return Op("send_msg_to_user", {"text": _text(args["text"], "the message")})
+        return Op("send_msg_to_user", {"text": text_arg(args["text"], "the message")})
     if name == "noop":
-        return Op("wait", {"seconds": _wait_seconds(number(args["wait_ms"], "wait_ms") / 1000)})
+        return Op("wait", {"seconds": wait_seconds(number(args["wait_ms"], "wait_ms") / 1000)})
     out: dict[str, Any] = {"bid": _bid(args["bid"])}
     if name == "click":
         out["button"] = _button(args["button"])
     elif name == "fill":
-        out["value"] = _text(args["value"], "the text to fill")
+        out["value"] = text_arg(args["value"], "the text to fill")
     elif name == "press":
         combo = args["key_comb"]
-        out["keys"] = _keys(combo.split("+") if isinstance(combo, str) and len(combo) > 1 else [combo])
+        out["keys"] = key_names(combo.split("+") if isinstance(combo, str) and len(combo) > 1 else [combo])
     elif name == "select_option":
         options = args["options"] if isinstance(args["options"], list) else [args["options"]]
-        out["options"] = [_text(o, "an option") for o in options]
+        out["options"] = [text_arg(o, "an option") for o in options]
     return Op(name, out)
 
 
@@ -412,7 +384,7 @@ def _pyautogui_ops(name: str, args: Mapping[str, Any]) -> list[Op]:
         message = args["message"]
         if isinstance(message, list):  # typewrite(['a', 'enter']) presses keys
             return [Op("key_press", {"keys": [k]}) for k in _keys_list(message)]
-        return [Op("type_text", {"text": _text(message, "the text to type")})]
+        return [Op("type_text", {"text": text_arg(message, "the text to type")})]
     if name == "press":
         keys = args["keys"] if isinstance(args["keys"], list) else [args["keys"]]
         presses = number(args["presses"], "presses")
@@ -426,65 +398,3 @@ def _keys_list(values: Sequence[Any]) -> list[str]:
     if len(values) > 64:
         raise ActionError("at most 64 keys in one call", "too_long")
     return [_key(v) for v in values]
-
-
-# -- computer-use tool calls --------------------------------------------------------------------------------------
-
-_SCROLL_DIRECTIONS = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
-
-
-def _parse_tool_call(text: str) -> ParsedAction:
-    turn = parse_action(text, _TOOL_SCHEMAS, limits=ParseLimits(max_chars=MAX_ACTION_CHARS, max_calls=4))
-    if turn.errors:
-        raise ActionError(f"the computer tool call cannot be read: {turn.errors[0].message}", "bad_tool_call")
-    if not turn.calls:
-        raise ActionError("no computer tool call found; write <tool_call>{...}</tool_call>", "bad_tool_call")
-    ops = [op for call in turn.calls for op in computer_ops(call.arguments)]
-    return ParsedAction(tuple(ops), "computer_use")
-
-
-def computer_ops(args: Mapping[str, Any]) -> list[Op]:
-    """The ops of one computer-use call's arguments (``{"action": "left_click", "coordinate": [x, y]}``)."""
-    action = args.get("action")
-
-    def point(key: str = "coordinate") -> dict[str, float]:
-        value = args.get(key)
-        if not isinstance(value, list) or len(value) != 2:
-            raise ActionError(f"{action} needs {key}: [x, y]", "bad_argument")
-        return {"x": number(value[0], f"{key}[0]"), "y": number(value[1], f"{key}[1]")}
-
-    def maybe_point() -> dict[str, float | None]:
-        return point() if "coordinate" in args else {"x": None, "y": None}
-
-    clicks = {"left_click": ("left", 1), "double_click": ("left", 2), "triple_click": ("left", 3),
-              "right_click": ("right", 1), "middle_click": ("middle", 1)}  # fmt: skip
-    if action in clicks:
-        button, count = clicks[action]
-        return [Op("mouse_click", {**maybe_point(), "button": button, "clicks": count})]
-    if action == "mouse_move":
-        return [Op("mouse_move", point())]
-    if action == "left_click_drag":
-        start = [Op("mouse_move", point("start_coordinate"))] if "start_coordinate" in args else []
-        return [*start, Op("drag_to", {**point(), "button": "left"})]
-    if action in ("left_mouse_down", "left_mouse_up"):
-        return [Op("mouse_down" if action == "left_mouse_down" else "mouse_up", {**maybe_point(), "button": "left"})]
-    if action == "type":
-        return [Op("type_text", {"text": _text(args.get("text"), "text")})]
-    if action == "key":
-        keys = args.get("keys") or str(args.get("text", "")).split("+")
-        return [Op("hotkey", {"keys": _keys(keys)})]
-    if action == "scroll":
-        if "pixels" in args:
-            return [Op("wheel", {**maybe_point(), "clicks": number(args["pixels"], "pixels") / -100})]
-        direction = _SCROLL_DIRECTIONS.get(str(args.get("scroll_direction")))
-        if direction is None:
-            raise ActionError("scroll needs scroll_direction: up, down, left or right", "bad_argument")
-        amount = number(args.get("scroll_amount", 3), "scroll_amount")
-        return [Op("scroll", {"dx": direction[0] * amount * 100, "dy": direction[1] * amount * 100, **maybe_point()})]
-    if action == "wait":
-        return [Op("wait", {"seconds": _wait_seconds(args.get("duration", args.get("time", 1.0)))})]
-    if action == "screenshot":
-        return [Op("wait", {"seconds": 0.0})]
-    if action == "terminate":
-        return [Op("done" if args.get("status", "success") == "success" else "fail")]
-    raise ActionError(f"unknown computer action {action!r}", "bad_argument")
