@@ -46,19 +46,6 @@ HAND_BUILT: dict[str, tuple[str, NextState]] = {
             },
         ),
     ),
-    "swe": (
-        "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-def add(a, b): return a - b\n+def add(a, b): return a + b\n",
-        NextState(
-            "tests=5/5 passed",
-            evaluative=Evaluative(1.0, ("tests=5/5",)),
-            outcome=1.0,
-            judge_inputs={
-                "task": "add() subtracts instead of adding.",
-                "action": "--- a/calc.py\n+++ b/calc.py\n-def add(a, b): return a - b\n+def add(a, b): return a + b",
-                "result": "test_add PASSED\ntest_add_negative PASSED\n5 passed in 0.02s",
-            },
-        ),
-    ),
     "gui": (
         "page.click('text=Submit')",
         NextState(

@@ -15,6 +15,7 @@ from claw_envs.swe.actions import SUBMIT_MARKER, read_turn, tool_call_text
 from claw_envs.swe.env import SWEEnv
 from claw_envs.swe.instances import builtin_instances, load_instances
 from claw_envs.swe.repos import FIXED_IDENTITY, RepoSource, dir_name
+from claw_envs.swe.workspace import Prepared
 from tests.test_sandbox import needs_bwrap
 
 TASK = "claw-examples__ledger-9"
@@ -178,6 +179,13 @@ def test_a_command_that_never_ends_and_huge_binary_output(env):
     assert "timeout" in ns.evaluative.tags and ns.evaluative.score == -1
     obs, *_, info = env.step(bash("head -c 3000000 /dev/urandom"))
     assert info["status"] == "ok" and len(obs) < 20000 and "too long" in obs
+
+
+def test_docker_images_follow_swebench_naming_unless_the_row_names_one():
+    prepared = Prepared(mirror=Path("/unused"))
+    row = {"instance_id": "django__django-11099"}
+    assert prepared.sandbox_options("docker", row)["image"] == "sweb.eval.x86_64.django_1776_django-11099:latest"
+    assert prepared.sandbox_options("docker", row | {"image": "mine:1"}) == {"image": "mine:1", "workspace": "/testbed"}
 
 
 def test_the_docker_backend_without_an_engine_is_a_sandbox_failure(cache):
