@@ -202,8 +202,8 @@ def _source_repo(folder: Path) -> tuple[str, int]:
 
 def swe_reset(repeats: int) -> list[Row]:
     """SWE-v0's cached reset vs a fresh clone + checkout: on a built-in repo and on a large real source tree."""
-    from claw_envs.swe.instances import builtin_instances
     from claw_envs.swe.repos import RepoSource
+    from claw_envs.swe.tasks import builtin_instances
 
     rows = []
     n = max(3, repeats // 10)

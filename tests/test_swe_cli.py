@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from claw_envs.swe.instances import builtin_instances
+from claw_envs.swe.tasks import builtin_instances
 from tests.test_sandbox import needs_bwrap
 from tests.test_swe_env import make_repo, widget_row
 

@@ -13,8 +13,8 @@ import pytest
 import claw_envs
 from claw_envs.swe.actions import SUBMIT_MARKER, read_turn, tool_call_text
 from claw_envs.swe.env import SWEEnv
-from claw_envs.swe.instances import builtin_instances, load_instances
 from claw_envs.swe.repos import FIXED_IDENTITY, RepoSource, dir_name
+from claw_envs.swe.tasks import builtin_instances, load_instances
 from claw_envs.swe.workspace import Prepared
 from tests.test_sandbox import needs_bwrap
 

@@ -11,7 +11,7 @@ import pytest
 from claw_envs.swe import grading, pytest_log
 from claw_envs.swe.env import SWEEnv
 from claw_envs.swe.evaluation import read_predictions
-from claw_envs.swe.instances import builtin_instances, normalise
+from claw_envs.swe.tasks import builtin_instances, normalise
 from tests.test_sandbox import needs_bwrap
 
 pytestmark = needs_bwrap  # /testbed is a bubblewrap mount

@@ -45,9 +45,9 @@ from claw_envs.sandbox import ExecResult, LocalSandbox, Sandbox, SandboxError, m
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.swe.actions import SUBMIT_MARKER, TOOLS, Turn, read_turn, submits, tool_call_text
 from claw_envs.swe.grading import PATCH_FILE, Verdict, grade_patch, patch_of, test_files
-from claw_envs.swe.instances import builtin_instances, load_instances, normalise
 from claw_envs.swe.repos import RepoSource
 from claw_envs.swe.signals import Findings, command_signal
+from claw_envs.swe.tasks import builtin_instances, load_instances, normalise
 from claw_envs.swe.workspace import Prepared, Workspaces, checkout_command
 from claw_envs.tasks import Task, TaskSource
 
@@ -88,7 +88,7 @@ SYNTAX_CHECK = (
 class SWEEnv(ClawEnv):
     """SWE-bench instances in a sandbox; see the module docstring.
 
-    ``tasks`` or ``task_file`` (JSONL/JSON/parquet or a dataset id, :mod:`.instances`) replace the built-in
+    ``tasks`` or ``task_file`` (JSONL/JSON/parquet or a dataset id, :mod:`.tasks`) replace the built-in
     instances. ``repos`` is the repository source (a directory of ``owner__name`` clones or a URL template;
     :mod:`.repos`), ``cache_dir`` the cache of mirrors and virtualenvs. ``sandbox`` is ``local`` (bubblewrap) or
     ``docker`` (the instance's image); ``sandbox_options`` go to its constructor. ``command_timeout`` limits

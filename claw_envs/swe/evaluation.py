@@ -21,7 +21,7 @@ from typing import Any
 from claw_envs.evaluation import Evaluation, step_infos
 from claw_envs.pool import EpisodeResult
 from claw_envs.swe.env import SWEEnv
-from claw_envs.swe.instances import normalise
+from claw_envs.swe.tasks import normalise
 from claw_envs.tasks import TaskSource, json_object
 
 

@@ -5,12 +5,14 @@ What is cached (under the SWE cache, see :func:`~claw_envs.swe.repos.cache_root`
 * a bare **mirror** per repository (:class:`~claw_envs.swe.repos.RepoSource`), bound read-only into every sandbox
   at ``/claw/repo``;
 * a **virtualenv** per (repo, ``environment_setup_commit``, ``install``) for rows with an ``install`` field,
-  built once on the host and bound read-only at its own path (see :mod:`claw_envs.swe.instances`).
+  built once on the host and bound read-only at its own path (see :mod:`claw_envs.swe.tasks`).
 
 Reset is one command in a new sandbox: ``git clone --shared`` of the mirror (no object is copied: the clone
 borrows the mirror's objects) and a checkout of ``base_commit`` (measured against a fresh full clone in
-``bench/envs.py``). With the docker backend the instance's image already holds ``/testbed`` at ``base_commit``
-(swebench's image name, or the row's ``image``), so nothing is cloned.
+``bench/envs.py``). A ``git worktree`` would need a writable mirror, and a hard-link copy cannot reach into the
+sandbox's own size-capped tmpfs; a ``cp -a`` of a checked-out snapshot measured the same as the shared clone.
+With the docker backend the instance's image already holds ``/testbed`` at ``base_commit`` (swebench's image
+name, or the row's ``image``), so nothing is cloned.
 """
 
 from __future__ import annotations
