@@ -80,19 +80,21 @@ async def reset_times(repeats: int) -> dict[str, list[float]]:
     return out
 
 
-async def _oracle_episodes(env: GUIEnv, task_ids: list[str]) -> int:
-    solved = 0
+async def _oracle_episodes(env: GUIEnv, task_ids: list[str]) -> list[str]:
+    """Play the oracle on each task; the tasks it did not solve, with the last next state's text."""
+    failed = []
     for task_id in task_ids:
         await env.areset(options={"task_id": task_id})
         while True:
             *_, terminated, truncated, info = await env.astep(env.reference_action() or "DONE")
             if terminated or truncated:
-                solved += info["next_state"].outcome == 1.0
+                if info["next_state"].outcome != 1.0:
+                    failed.append(f"{task_id} ({info['status']}: {info['next_state'].text[:200]!r})")
                 break
-    return solved
+    return failed
 
 
-async def episodes_per_second(n_envs: int, episodes: int) -> tuple[float, int]:
+async def episodes_per_second(n_envs: int, episodes: int) -> tuple[float, list[str]]:
     """Oracle episodes of the browser tasks per second with ``n_envs`` envs in one event loop (after a warm-up)."""
     ids = [t.id for t in builtin_tasks("train") if t.data["backend"] == "browser"]
     envs = [GUIEnv(split="train") for _ in range(n_envs)]
@@ -100,8 +102,8 @@ async def episodes_per_second(n_envs: int, episodes: int) -> tuple[float, int]:
         await asyncio.gather(*(e.areset(options={"task_id": ids[0]}) for e in envs))  # browsers started
         plan = [ids[i % len(ids)] for i in range(episodes)]
         start = time.perf_counter()
-        solved = await asyncio.gather(*(_oracle_episodes(e, plan[k::n_envs]) for k, e in enumerate(envs)))
-        return episodes / (time.perf_counter() - start), sum(solved)
+        failed = await asyncio.gather(*(_oracle_episodes(e, plan[k::n_envs]) for k, e in enumerate(envs)))
+        return episodes / (time.perf_counter() - start), [f for env_failed in failed for f in env_failed]
     finally:
         for e in envs:
             await e.aclose()
@@ -112,8 +114,8 @@ def report(repeats: int) -> list[str]:
     ours, bare = asyncio.run(step_times(repeats))
     resets = asyncio.run(reset_times(max(3, repeats // 3)))
     episodes = 24
-    one, solved_one = asyncio.run(episodes_per_second(1, episodes))
-    four, solved_four = asyncio.run(episodes_per_second(4, episodes))
+    one, failed_one = asyncio.run(episodes_per_second(1, episodes))
+    four, failed_four = asyncio.run(episodes_per_second(4, episodes))
     ratio = statistics.median(ours) / statistics.median(bare)
     return [
         f"GUI step (click + screenshot + tree): env {_median_ms(ours):.0f} ms vs raw Playwright "
@@ -121,7 +123,8 @@ def report(repeats: int) -> list[str]:
         f"GUI reset: browser task {_median_ms(resets['browser']):.0f} ms, desktop task "
         f"{_median_ms(resets['desktop']):.0f} ms (medians)",
         f"GUI oracle episodes/s: 1 env {one:.2f}, 4 envs in parallel {four:.2f} ({four / one:.2f}x); "
-        f"solved {solved_one}/{episodes} and {solved_four}/{episodes}",
+        f"solved {episodes - len(failed_one)}/{episodes} and {episodes - len(failed_four)}/{episodes}",
+        *(f"  not solved: {f}" for f in failed_one + failed_four),
     ]
 
 

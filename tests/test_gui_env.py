@@ -122,6 +122,18 @@ def test_navigation_off_the_task_is_blocked(env):
     assert ns.evaluative.score == 0.5 and env._screen.title == "Todo list"
 
 
+def test_the_oracle_script_does_not_skip_a_step_after_a_junk_action(env):
+    env.reset(options={"task_id": "chat-reply"})
+    step(env, "let me look first")
+    actions = []
+    while True:
+        actions.append(env.reference_action())
+        _, ns, _, done = step(env, actions[-1])
+        if done:
+            break
+    assert actions[0].startswith("click(") and actions[-1] == "DONE" and ns.outcome == 1.0
+
+
 def test_the_next_episode_is_clean(env):
     env.reset(options={"task_id": "checkout-express"})
     while True:  # place the order (sessionStorage, three pages)

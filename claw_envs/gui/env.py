@@ -97,6 +97,8 @@ class GUIEnv(ClawEnv):
         self._screen: Screen | None = None
         self._instruction = ""
         self._sent: list[str] = []
+        self._oracle_done = 0
+        self._oracle_next: str | None = None
 
     @classmethod
     def default_tasks(cls, split: str = "train") -> TaskSource:
@@ -142,6 +144,8 @@ class GUIEnv(ClawEnv):
         self._backend = backend
         self.max_turns = self._fixed_max_turns or int(task.data.get("max_steps", DEFAULT_MAX_STEPS))
         self._sent = []
+        self._oracle_done = 0
+        self._oracle_next = None
         if "miniwob" in task.data:
             from claw_envs.gui.miniwob import start_episode
 
@@ -174,6 +178,10 @@ class GUIEnv(ClawEnv):
             if parsed.ends_episode:
                 return await self._finish(action, before, gave_up=any(op.name == "fail" for op in parsed.ops))
             tr = await self._carry_out(action, parsed, before)
+            scored = tr.next_state.evaluative
+            moved = all(op.name in ("mouse_move", "hover", "focus") for op in parsed.ops)
+            if action == self._oracle_next and (scored.score > -1 or (moved and scored.tags == ("no_change",))):
+                self._oracle_done += 1  # the oracle's step took effect (a pointer move may show nothing)
             if "miniwob" in self.task.data:
                 from claw_envs.gui.miniwob import episode_result
 
@@ -296,15 +304,19 @@ class GUIEnv(ClawEnv):
     # -- scripted agents -------------------------------------------------------------------------------
 
     def reference_action(self) -> str | None:
-        """The task's next oracle step, its element slots filled from the current screen, then ``DONE``."""
+        """The task's next oracle step, its element slots filled from the current screen, then ``DONE``.
+
+        The script moves on only when its previous step took effect (no error, and the screen changed unless the
+        step only moved the pointer), so other actions in between (a junk step, a human's move) do not make it
+        skip a step, and a click that missed on a busy machine is tried again."""
         if self.task is None or self._screen is None:
             return None
         oracle = list(self.task.data.get("oracle") or [])
         if not oracle:
             return None
-        done = self.step_index
-        if done < len(oracle):
-            return resolve_step(oracle[done], self._screen)
+        if self._oracle_done < len(oracle):
+            self._oracle_next = resolve_step(oracle[self._oracle_done], self._screen)
+            return self._oracle_next
         return "DONE"
 
     def null_action(self) -> str | None:
