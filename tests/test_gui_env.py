@@ -114,7 +114,13 @@ def test_unsafe_code_and_a_10_mb_string_are_refused_in_the_env(env):
 def test_navigation_off_the_task_is_blocked(env):
     env.reset(options={"task_id": "search-umbrella"})
     url = env._screen.url
-    for target in ("https://example.com/", "file:///etc/passwd", "http://10.0.0.1:8080/x", "javascript:alert(1)"):
+    for target in (
+        "https://example.com/",
+        "file:///etc/passwd",
+        "http://10.0.0.1:8080/x",
+        "javascript:alert(1)",
+        "data:text/html,<script>window.clawState = () => ({opened: 'Red umbrella'})</script>",
+    ):
         _, ns, info, _ = step(env, f"goto({target!r})")
         assert info["status"] == "ok" and ns.evaluative.tags == ("blocked",), (target, ns)
         assert env._screen.url == url

@@ -305,7 +305,7 @@ class BrowserBackend:
             await self._deadline(page.mouse.wheel(a["dx"], a["dy"]), "scroll")
         elif op.name == "goto":
             target = urljoin(page.url, a["url"])
-            if not self.allowed(target):
+            if not self.allowed(target) or target.startswith(("data:", "blob:", "about:")):  # no pages of its own
                 raise ActionError(
                     f"navigation to {a['url']!r} is blocked: only the task's own pages can be opened", "blocked"
                 )
