@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from claw_envs.core import Message
 from claw_envs.toolcall.actions import TURN_ERRORS, ParseLimits, ToolCall, ToolCallError, invalid_char, parse_action
 
 MAX_COMMAND_BYTES = 64 * 1024
@@ -32,7 +33,7 @@ BASH_TOOL: dict[str, Any] = {
         "name": "bash",
         "description": (
             "Run one bash command line in the task's working directory and return its stdout, stderr and exit "
-            "status. Files persist between calls; each call starts a new shell, with no network and a time limit."
+            "status. Files persist between calls; there is no network and each call has a time limit."
         ),
         "parameters": {
             "type": "object",
@@ -150,3 +151,17 @@ def tool_call_text(command: str) -> str:
 def fenced_text(command: str) -> str:
     """A fenced bash block."""
     return f"```bash\n{command}\n```"
+
+
+def assistant_message(turn: Turn, action: str) -> Message:
+    """The assistant turn as stored in the history: OpenAI ``tool_calls`` for a tool call, else the raw text."""
+    if turn.call is None:
+        return {"role": "assistant", "content": action}
+    return {"role": "assistant", "content": turn.prose, "tool_calls": [turn.call.to_openai()]}
+
+
+def reply_message(turn: Turn, text: str) -> Message:
+    """The reply to a command: a ``tool`` message for a tool call, a ``user`` message for a ```bash block."""
+    if turn.call is None:
+        return {"role": "user", "content": text}
+    return {"role": "tool", "tool_call_id": turn.call.id, "name": "bash", "content": text}

@@ -69,8 +69,10 @@ from claw_envs.terminal.actions import (
     LIMITS,
     MAX_COMMAND_BYTES,
     Turn,
+    assistant_message,
     fenced_text,
     read_turn,
+    reply_message,
     tool_call_text,
 )
 from claw_envs.terminal.grading import Verdict, grade_folder, prepare_folder
@@ -88,11 +90,17 @@ or as a fenced block:
 ```bash
 ls -la
 ```
-You will see its output and exit status (each command has a {timeout:g}-second limit). You have {turns} turns.
+You will see its output and exit status (each command has a {timeout:g}-second limit). {shell} You have {turns} \
+turns.
 When the task is done, reply in words with no command; the result is then checked.
 
 Available tools (JSON schema):
 {tools}"""
+
+SHELL_NOTES = {
+    "persistent": "Commands run one after another in the same shell: cd, variables and background jobs carry over.",
+    "oneshot": "Each command runs in a new shell: cd and variables do not carry over, files do.",
+}
 
 DEMO_FINALS = (
     "Done.",
@@ -165,7 +173,10 @@ class TerminalEnv(ClawEnv):
     def opening_messages(self, task: Task) -> list[Message]:
         """The system prompt (how to run commands, the tool schema) and the instruction."""
         system = SYSTEM_PROMPT.format(
-            timeout=self.command_timeout, turns=self.max_turns, tools=json.dumps([BASH_TOOL], ensure_ascii=False)
+            timeout=self.command_timeout,
+            shell=SHELL_NOTES[self.shell],
+            turns=self.max_turns,
+            tools=json.dumps([BASH_TOOL], ensure_ascii=False),
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": str(task.data["instruction"])}]
 
@@ -404,20 +415,6 @@ class TerminalEnv(ClawEnv):
                 completion = DEMO_FINALS[int(rng.integers(len(DEMO_FINALS)))]
             demos.append({"messages": messages, "completion": completion})
         return demos
-
-
-def assistant_message(turn: Turn, action: str) -> Message:
-    """The assistant turn as stored in the history: OpenAI ``tool_calls`` for a tool call, else the raw text."""
-    if turn.call is None:
-        return {"role": "assistant", "content": action}
-    return {"role": "assistant", "content": turn.prose, "tool_calls": [turn.call.to_openai()]}
-
-
-def reply_message(turn: Turn, text: str) -> Message:
-    """The reply to a command: a ``tool`` message for a tool call, a ``user`` message for a ```bash block."""
-    if turn.call is None:
-        return {"role": "user", "content": text}
-    return {"role": "tool", "tool_call_id": turn.call.id, "name": "bash", "content": text}
 
 
 def _action_text(command: str, style: str) -> str:
