@@ -3,7 +3,8 @@
 Each env lives in its own Ray actor (``EnvPool(backend="ray")``, what ``claw-train --ray-address`` uses); each
 step awaits ``--delay`` seconds, as a sandbox call, a browser or a remote service would. For N actors the pool
 plays ``N x --episodes`` episodes with at most N in flight, after one warm-up episode per actor (actor start-up is
-not rollout throughput). ``vs linear`` is the N-actor throughput over N times the 1-actor throughput.
+not rollout throughput). ``vs linear`` is the N-actor throughput over N times the 1-actor throughput; ``vs ideal``
+over N steps per ``--delay`` (no overhead at all).
 
 Run: ``.venv/bin/python bench/scale.py [--actors 1,2,4,8] [--delay 0.1] [--turns 5] [--episodes 4]
 [--ray-address HOST:PORT]`` (without an address, a local Ray starts for the run)
@@ -91,12 +92,13 @@ def main() -> None:
     ideal = 1 / args.delay
     print(f"env step waits {args.delay:g} s, {args.turns} steps per episode, {args.episodes} timed episodes per actor")
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; one actor at best: {ideal:.1f} steps/s")
-    print(f"{'actors':>6}  {'seconds':>8}  {'steps/s':>8}  {'speed-up':>8}  {'vs linear':>9}")
+    print(f"{'actors':>6}  {'seconds':>8}  {'steps/s':>8}  {'speed-up':>8}  {'vs linear':>9}  {'vs ideal':>8}")
     base = None
     for n in counts:
         seconds, rate = asyncio.run(throughput(n, args.episodes, args.delay, args.turns))
         base = base or rate / counts[0]
-        print(f"{n:>6}  {seconds:>8.2f}  {rate:>8.1f}  {rate / base:>7.2f}x  {rate / (n * base):>9.2f}")
+        row = f"{n:>6}  {seconds:>8.2f}  {rate:>8.1f}  {rate / base:>7.2f}x  {rate / (n * base):>9.2f}"
+        print(f"{row}  {rate / (n * ideal):>8.2f}")
     ray.shutdown()
 
 

@@ -8,7 +8,8 @@ left-padded prompts, right-padded completions, ``(B, T)`` per-token advantages a
 log-probs the serving policy recorded (``old_per_token_logps``), so the trainer/behaviour ratio
 corrects for the versions in between. After every optimizer step a :class:`WeightPublisher`
 callback hands the new weights to the serving policy; a step whose gradients are not finite
-(NaN loss) is skipped without touching the weights, and counted.
+(NaN loss) is skipped without touching the weights, and counted. Under ``accelerate launch`` rank 0 shares each
+step's samples out and every rank's loss is normalised by the step's tokens: N ranks make one process's update.
 """
 
 from __future__ import annotations
@@ -201,10 +202,7 @@ class ClawTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         n = len(inputs)  # this rank's share of the step
-        if self.ranks is None or self.ranks.main:
-            samples, stale, invalid = self._take_shared(n)
-        else:
-            samples, stale, invalid = self._receive(), [], []
+        samples, stale, invalid = self._step_samples(n)
         self.current_batch = samples
         self.current_dropped = stale + invalid
         with self._counter_lock:
@@ -213,16 +211,20 @@ class ClawTrainer(GRPOTrainer):
             self.counters["trained"] += len(samples)
         rank = self.ranks.rank if self.ranks is not None else 0
         mine = samples[rank * n : (rank + 1) * n]
-        # the loss is normalised by the step's completion tokens on every rank, so N ranks make one process's update
         tokens = sum(len(s.turn.completion_ids) for s in samples)
         batch = collate(mine, self.pad_token_id, self.accelerator.device, tokens=tokens)
         self._record_batch_metrics(samples, len(stale), len(invalid))
         return batch
 
-    def _take_shared(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
-        """The step's samples for every rank (``n`` each), sent to the other ranks; a closed source closes them too."""
+    def _step_samples(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
+        """The step's samples (``n`` per rank) and the stale and malformed ones dropped. Rank 0 takes them and sends
+        them to the other ranks; they receive them, or :class:`FeedClosed` once rank 0 has stopped."""
         if self.ranks is None:
             return self._take(n)
+        if not self.ranks.main:
+            if (samples := self.ranks.share()) is None:
+                raise FeedClosed("rank 0 stopped the run")
+            return samples, [], []
         try:
             taken = self._take(n * self.ranks.world_size)
         except BaseException:
@@ -230,13 +232,6 @@ class ClawTrainer(GRPOTrainer):
             raise
         self.ranks.share(taken[0])
         return taken
-
-    def _receive(self) -> list[TrainSample]:
-        """Another rank: the step's samples from rank 0 (:class:`FeedClosed` when rank 0 has stopped)."""
-        samples = self.ranks.share()
-        if samples is None:
-            raise FeedClosed("rank 0 stopped the run")
-        return samples
 
     def _take(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
         """Pull ``n`` fresh, well-formed samples; also return the stale and the malformed ones it dropped."""

@@ -22,6 +22,7 @@ examples:
   claw-train --env terminal --updates 2 --config run.yaml
   claw-train --env conversation --model Qwen/Qwen3-4B --policy sglang://10.0.0.5:30000 \\
       --judge openai://10.0.0.6:8000 --lora --updates 200
+  accelerate launch --multi_gpu --num_processes 2 $(which claw-train) --env toolcall --ray-address auto
 """
 
 

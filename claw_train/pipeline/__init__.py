@@ -19,6 +19,9 @@
 * **Trainer** (:mod:`~claw_train.pipeline.trainer_thread`): :class:`~claw_train.trainer.ClawTrainer` in a
   thread, pulling ``samples_per_step`` samples per optimizer step and publishing weights after each.
 * **Run directory** (:mod:`~claw_train.pipeline.rundir`): options, ledger, logs, evaluations, summary.
+* **Scale-out**: under ``accelerate launch`` rank 0 runs all of the above and the other ranks train on their
+  share of each step (:mod:`~claw_train.pipeline.ranks`); ``--ray-address`` puts the env actors on a Ray
+  cluster (:mod:`~claw_train.pipeline.cluster`).
 
 Queues are bounded, so a slow consumer holds its producers back and an empty queue is waited on, never
 polled. ``--sync`` runs the same parts one after another (roll out, judge, train) for comparison. Bad input:

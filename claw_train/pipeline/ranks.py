@@ -30,11 +30,6 @@ class RankLink:
         self._told = False
         self._lock = threading.Lock()  # go (trainer thread) and turn_away (event loop) must not both send
 
-    @property
-    def leads(self) -> bool:
-        """Whether this process runs the pipeline (rank 0, or alone)."""
-        return self.ranks is None or self.ranks.main
-
     async def join(self, p: Pipeline) -> PipelineResult | None:
         """Join the other processes and check they run the same options; on another rank, its whole run (it
         trains on its share of rank 0's samples). None on rank 0 or alone."""

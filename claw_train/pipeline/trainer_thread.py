@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from claw_envs.retry import retry_sync
 from claw_train.pipeline.reporting import eval_due, evaluate
+from claw_train.pipeline.rundir import last_checkpoint
 from claw_train.policy.base import PolicyError
 from claw_train.records import TrainSample
 
@@ -184,7 +185,8 @@ class TrainerThread:
             needed = not (path / "trainer_state.json").exists() and trainer.state.global_step > 0
             if ranks is not None:
                 if not in_step:
-                    self.p.say("the ranks are out of step: no final checkpoint; the last one saved is kept")
+                    self.checkpoint = last_checkpoint(self.p.out / "checkpoints")
+                    self.p.say(f"the ranks are out of step: no final checkpoint; the last one is {self.checkpoint}")
                     return
                 needed = ranks.share(needed)
             if needed:
