@@ -186,3 +186,29 @@ async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hint
     assert hinted.summary["score"] >= 0.8, hinted.summary
     persona_style = [r for r in plain.records if r["score"] == 1.0]
     assert persona_style, "un-hinted replies need some persona-style variety for RL to find"
+
+
+def test_the_shared_prefix_pass_gives_the_plain_loss_and_gradients(tiny_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    rows = [tiny._encode_example(tokenizer, ex, 768) for ex in tiny.demonstrations("claw/ToolCall-v0", 6)]
+    shared = tiny.shared_prefix(rows)
+    assert shared > 200  # the tool-call system prompt and schema
+    assert all(seq[:shared] == rows[0][0][:shared] and shared < prompt_len for seq, prompt_len in rows)
+    settings = tiny.BootstrapSettings()
+
+    def loss_and_grads(prefix: int) -> tuple[float, torch.Tensor]:
+        model.zero_grad()
+        loss = tiny.sft_loss(model, rows, tokenizer.pad_token_id, settings, prefix)
+        loss.backward()
+        return loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    plain_loss, plain_grads = loss_and_grads(0)
+    shared_loss, shared_grads = loss_and_grads(shared)
+    assert shared_loss == pytest.approx(plain_loss, abs=1e-5)
+    assert torch.allclose(shared_grads, plain_grads, atol=1e-5)
+    assert plain_grads.abs().sum() > 0
+    assert tiny.shared_prefix([([1] * 40, 35), ([1] * 10 + [2] * 30, 35)]) == 0  # too short to be worth a pass
