@@ -1,7 +1,8 @@
-"""``claw/Terminal-v0``: small jobs in a sandboxed Linux shell, checked by a shell command at the end.
+"""``claw/Terminal-v0``: jobs in a sandboxed Linux shell, checked by a shell command or a task folder's hidden tests.
 
-``tasks`` holds the built-in tasks and the JSONL loader, ``actions`` reads a turn (a ``bash`` tool call,
-a fenced ```bash block, or a final message), ``signals`` scores a command's result, and ``env`` is the
+``tasks`` holds the built-in tasks and the loader (JSONL files and task folders), ``folders`` reads Terminal-Bench
+and Harbor task folders, ``grading`` sets them up and runs their tests, ``actions`` reads a turn (a ``bash`` tool
+call, a fenced ```bash block, or a final message), ``signals`` scores a command's result, and ``env`` is the
 environment.
 """
 
@@ -15,7 +16,7 @@ SPEC = FamilySpec(
     judge=JudgeTemplates(prm="prm_terminal", hint="hint_agent"),
     training=TrainingDefaults(max_new_tokens=128, max_turns=4, group_size=4),
     load_tasks="claw_envs.terminal.tasks:load_tasks",
-    description="shell jobs in a sandbox, checked by a command at the end",
+    description="shell jobs in a persistent sandboxed shell, checked by a command or a task folder's tests",
 )
 
 __all__ = ["SPEC", "TerminalEnv"]
