@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import tomllib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -256,3 +258,24 @@ def test_claw_envs_check_passes_good_folders_and_names_broken_ones_with_why():
     assert "the tests did not finish within 2 s" in problems["never-ends"]
     assert problems["solution-fails"].startswith("the oracle solution does not solve it")
     assert problems["solved-untouched"].startswith("doing nothing already solves it")
+
+
+def test_without_bubblewrap_a_task_folder_is_an_infra_failure():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the no-isolation warning
+        env = TerminalEnv(tasks=str(GOOD / "harbor-basic"), sandbox_options={"isolation": "rlimits"})
+        try:
+            env.reset()
+            obs, _, _, truncated, info = env.step(BASH("ls"))
+        finally:
+            env.close()
+    assert info["status"] == "sandbox_failure" and truncated and "run on the local backend under bubblewrap" in obs
+
+
+def test_every_file_of_the_built_in_task_folders_ships_as_package_data():
+    """A non-editable install carries the folders only through pyproject's package-data globs."""
+    package = Path(__file__).parents[1] / "claw_envs" / "terminal"
+    globs = tomllib.loads((package.parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {p for pattern in globs["claw_envs.terminal"] for p in package.glob(pattern) if p.is_file()}
+    files = {p for p in (package / "task_folders").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert len(files) > 50 and files <= shipped

@@ -187,8 +187,8 @@ class TerminalEnv(ClawEnv):
         self._close_sandbox()
         self._commands = 0
         self._agent_seconds = 0.0
-        folder = "folder" in task.data
-        self.sandbox.options = {**self._options, **({"workspace": task.data["workdir"]} if folder else {})}
+        at_workdir = "folder" in task.data and self.sandbox.kind == "local"
+        self.sandbox.options = {**self._options, **({"workspace": task.data["workdir"]} if at_workdir else {})}
         messages = self.opening_messages(task)
         return Opening(
             observation=messages[-1]["content"], messages=messages, info={"tools": [copy.deepcopy(BASH_TOOL)]}
@@ -339,8 +339,9 @@ class TerminalEnv(ClawEnv):
         if "folder" in self.task.data:
             if sandbox.isolation != "bwrap":
                 raise InfraFailure(
-                    f"task folders need bubblewrap (their tests use absolute paths such as {sandbox.workspace}); "
-                    f"this sandbox runs {sandbox.isolation}",
+                    f"task folders run on the local backend under bubblewrap (their tests use absolute paths such as "
+                    f"{self.task.data['workdir']}; the docker backend would need the task's image built); this "
+                    f"sandbox runs {sandbox.isolation}",
                     StepStatus.SANDBOX_FAILURE,
                 )
             return await prepare_folder(sandbox, dict(self.task.data), self.check_timeout)
