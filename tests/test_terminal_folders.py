@@ -79,7 +79,7 @@ def test_the_oracle_scores_one_and_the_untouched_task_less(env, task_id, untouch
     if source == "pytest":
         assert set(grading["tests"].values()) == {"PASSED"} and len(grading["tests"]) == 3
         assert "ran `" in grading["offline"] and "-m pytest -rA" in grading["offline"]  # offline substitution said
-        assert ns.evaluative.tags == ("tests=3/3",)
+        assert ns.evaluative.tags == ("tests=3/3",) and "3 passed" in grading["output"]
     else:
         assert grading["offline"] is None and ns.evaluative.tags == ("reward=1",)
     env.reset(options={"task_id": task_id})

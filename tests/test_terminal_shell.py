@@ -88,8 +88,10 @@ def test_one_shot_mode_starts_each_command_afresh():
 @pytest.mark.parametrize("killer", ["exit 3", "kill -9 $$", "exec true", "set -e; false"])
 def test_a_shell_that_dies_is_restarted_and_the_agent_is_told(env, killer):
     run(env, "mkdir -p sub && cd sub && export KEEP=1")
-    obs, ns = run(env, killer)
-    assert "the shell itself exited" in obs and "a new shell starts with your next command in /workspace/sub" in obs
+    obs, _, _, _, info = env.step(BASH(killer))
+    ns = info["next_state"]
+    assert info["shell_restarts"] == 1 and "the shell itself exited" in obs
+    assert "a new shell starts with your next command in /workspace/sub" in obs
     assert ns.directive and "shell was restarted" in ns.directive
     assert run(env, 'pwd; echo "[${KEEP:-}]"')[0] == "/workspace/sub\n[]\nreturncode=0"
 

@@ -97,7 +97,7 @@ class PersistentShell:
         self.env = dict(env or {})
         self.output_limit = output_limit
         self.cwd: str | None = None  # the last working directory a command left (restored in a new shell)
-        self.restarts = 0
+        self.restarts = 0  # shells lost to a timeout or an exit so far
         self._spawned: Spawned | None = None
         self._carried = {"stdout": b"", "stderr": b""}
         self._lock = threading.Lock()

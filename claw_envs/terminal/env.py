@@ -232,6 +232,8 @@ class TerminalEnv(ClawEnv):
         # The base class appended the raw assistant text just before _act; tool calls are stored in OpenAI form.
         self.messages[-1] = assistant_message(turn, action)
         tr = Transition(observation=text, next_state=ns, messages=[reply_message(turn, text)])
+        if self._shell is not None:
+            tr.info["shell_restarts"] = self._shell.restarts
         if self._agent_time_left() <= 0 and self.step_index < self.max_turns:
             await self._add_check(tr, why="the agent's time for this task is used up")
             tr.terminated = True

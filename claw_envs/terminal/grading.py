@@ -45,7 +45,7 @@ _PYTEST = re.compile(r"(?:^|\s)(?:python3? -m )?pytest(?:==\S+)?(?=\s|$)")
 
 @dataclass(frozen=True)
 class Grade:
-    """A verifier run: the outcome in [0, 1], per-test results, and how it was obtained."""
+    """A verifier run: the outcome in [0, 1], per-test results, how it was obtained, and the tail of its output."""
 
     outcome: float
     tests: dict[str, str] = field(default_factory=dict)
@@ -59,7 +59,13 @@ class Grade:
 
     def to_info(self) -> dict[str, Any]:
         """The grade as JSON-friendly ``info["grading"]``."""
-        return {"outcome": self.outcome, "tests": dict(self.tests), "source": self.source, "offline": self.offline}
+        return {
+            "outcome": self.outcome,
+            "tests": dict(self.tests),
+            "source": self.source,
+            "offline": self.offline,
+            "output": self.output,
+        }
 
 
 @dataclass(frozen=True)
