@@ -98,6 +98,8 @@ def test_actions_that_target_nothing_or_change_nothing_are_minus_one(env):
         assert ns.evaluative.tags == (tag,), (action, ns.evaluative)
     _, ns, _, _ = step(env, "WAIT")
     assert ns.evaluative.score == 0.0  # waiting is never "changed nothing"
+    _, ns, info, _ = step(env, "send_msg_to_user('The table is sorted.')")
+    assert ns.evaluative.score == 0.0 and info["messages_to_user"] == ["The table is sorted."]
 
 
 def test_unsafe_code_and_a_10_mb_string_are_refused_in_the_env(env):

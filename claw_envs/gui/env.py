@@ -13,7 +13,8 @@ Step signals (``info["next_state"]``, see :mod:`.signals`): ``role="environment"
 (title, URL, tree, error, app messages), ``image`` the new screenshot (PNG); ``evaluative`` -1 for an action that
 could not be read, targeted nothing or changed nothing, 0 with the app's message as ``directive``, +0.5 for a
 change; at ``DONE``/``FAIL`` or the step limit (the task's ``max_steps``, 15) the task's check reads the app's
-real state: ``outcome`` 1.0/0.0, ``reward`` the same. MiniWoB++ pages end the episode themselves when their
+real state: ``outcome`` 1.0/0.0, ``reward`` the same. ``info["messages_to_user"]`` lists what the agent said with
+``send_msg_to_user``. MiniWoB++ pages end the episode themselves when their
 ``WOB_DONE_GLOBAL`` is set. ``judge_inputs``: task, history, action, result (the tree after the action) and the
 screenshots before and after (``image_before``, ``image_after``). A page that hangs or a renderer that crashes is
 ``info["status"] == "browser_failure"``; the next episode starts clean.
@@ -223,7 +224,8 @@ class GUIEnv(ClawEnv):
             image=after.png,
             judge_inputs=self._judge_inputs(action, before, after),
         )
-        return Transition(observation=self._observation(after, signal.error or ""), next_state=ns)
+        info = {"messages_to_user": list(self._sent)}  # what the agent said with send_msg_to_user, in order
+        return Transition(observation=self._observation(after, signal.error or ""), next_state=ns, info=info)
 
     async def _perform(self, ops: tuple[Op, ...], screen: Screen) -> ActionError | None:
         for op in ops:
