@@ -279,3 +279,34 @@ def test_every_file_of_the_built_in_task_folders_ships_as_package_data():
     shipped = {p for pattern in globs["claw_envs.terminal"] for p in package.glob(pattern) if p.is_file()}
     files = {p for p in (package / "task_folders").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     assert len(files) > 50 and files <= shipped
+
+
+def test_tb1_copy_of_the_context_env_lines_pip_lines_and_a_solution_yaml(tmp_path):
+    task = shutil.copytree(GOOD / "tb1-basic", tmp_path / "tb1-yaml")
+    (task / "solution.sh").unlink()
+    (task / "solution.yaml").write_text(
+        "- command: cd /app/src\n  min_timeout_sec: 1\n- command: sed -i s/nme/name/ greet.py && cp greet.py /app/\n"
+    )
+    (task / "Dockerfile").write_text(
+        'FROM python:3.13\nWORKDIR /app\nENV GREETING=hi OTHER="a b"\nENV SINGLE one two\n'
+        "RUN pip install pytest==8.4.1\nRUN mkdir -p logs && pip install pytest\nCOPY . /app\n"
+    )
+    data = read_folder(task)
+    assert data["copies"] == [["src", "/app/src"]]  # not the tests, the solution, task.yaml or run-tests.sh
+    assert data["env"] == {"GREETING": "hi", "OTHER": "a b", "SINGLE": "one two"}
+    assert data["setup"] == [] and data["unsupported"] == [
+        "RUN mkdir -p logs && pip install pytest (mixes pip install with other commands)"
+    ]
+    dockerfile = "FROM python:3.13\nWORKDIR /app\nENV GREETING=hi\nRUN pip install pytest\nCOPY . .\n"
+    (task / "Dockerfile").write_text(dockerfile)
+    env = TerminalEnv(tasks=str(task), split="test")
+    try:
+        env.reset()
+        assert env.step(BASH('echo "$GREETING"; ls /app'))[0] == "hi\nsrc\nreturncode=0"
+        env.reset()
+        assert env.reference_action() == BASH("cd /app/src")
+        while not (step := env.step(env.reference_action()))[2]:
+            assert step[-1]["status"] == "ok", step[0]
+        assert step[-1]["next_state"].outcome == 1.0  # the two turns of solution.yaml, in one persistent shell
+    finally:
+        env.close()

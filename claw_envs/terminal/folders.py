@@ -147,7 +147,7 @@ def read_dockerfile(
             problem = _run_problem(rest)
             if problem:
                 out["unsupported"].append(f"{line} ({problem})")
-            else:
+            elif not _only_pip(rest):  # a pip install of what this environment has is already done
                 out["setup"].append(rest)
     out["workdir"] = workdir = workdir if seen_workdir else DEFAULT_WORKDIR
     for src, dest in out["copies"]:
@@ -221,20 +221,29 @@ def _json_words(rest: str) -> list[str]:
 
 
 def _run_problem(command: str) -> str | None:
-    """Why the local backend cannot run this ``RUN`` command itself, or ``None`` when it can."""
-    for part in re.split(r"&&|\|\||;|\|", command):
-        part = part.strip()
-        if not part:
-            continue
-        if PIP_INSTALL.match(part):
-            missing = [p for p in _pip_packages(part) if not _installed(p)]
-            if missing:
-                return f"installs {', '.join(missing)}, which this environment lacks"
-            continue
+    """Why the local backend cannot run this ``RUN`` command itself, or ``None`` when it can (or need not)."""
+    parts = _parts(command)
+    pips = [part for part in parts if PIP_INSTALL.match(part)]
+    for part in pips:
+        missing = [p for p in _pip_packages(part) if not _installed(p)]
+        if missing:
+            return f"installs {', '.join(missing)}, which this environment lacks"
+    if pips and len(pips) < len(parts):
+        return "mixes pip install with other commands"
+    for part in parts:
         program = posixpath.basename(part.split()[0])
-        if program not in LOCAL_RUN_PROGRAMS:
+        if not PIP_INSTALL.match(part) and program not in LOCAL_RUN_PROGRAMS:
             return f"runs {program}, which only an image build can do"
     return None
+
+
+def _parts(command: str) -> list[str]:
+    """The simple commands of a shell line (split at ``&&``, ``||``, ``;`` and ``|``)."""
+    return [part.strip() for part in re.split(r"&&|\|\||;|\|", command) if part.strip()]
+
+
+def _only_pip(command: str) -> bool:
+    return all(PIP_INSTALL.match(part) for part in _parts(command))
 
 
 def _pip_packages(part: str) -> list[str]:
