@@ -55,6 +55,7 @@ class Grade:
 
     @property
     def passed(self) -> int:
+        """How many tests passed (an expected failure counts as passed)."""
         return sum(status in ("PASSED", "XFAIL") for status in self.tests.values())
 
     def to_info(self) -> dict[str, Any]:
@@ -82,6 +83,7 @@ class Verdict:
 
     @property
     def solved(self) -> bool:
+        """Whether the task is fully solved (outcome 1)."""
         return self.outcome >= 1.0
 
     @classmethod
