@@ -5,8 +5,9 @@ Xvfb picks a free display number itself (``-displayfd``) and listens on no TCP p
 ``XAUTHORITY`` file, so the backend makes an empty one; ``DISPLAY`` and ``XAUTHORITY`` are given to the app's
 process and set only briefly in this process, while pyautogui is first imported (it opens its display then).
 pyautogui talks to one display per process, so every call swaps in this backend's own display connection under a
-process-wide lock. Screenshots are grabbed from the display with Pillow. Each episode starts the task's app in a
-new process (:mod:`.desktop_apps`); closing kills the app and Xvfb.
+process-wide lock. Screenshots are grabbed from the display with Pillow. Each episode runs the task's app in a
+new process (:mod:`.desktop_apps`), started during the previous episode and told which app to be at reset;
+closing kills the apps and Xvfb.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,10 @@ class DesktopBackend:
         self._request = 0
         self._report: dict[str, Any] = {}
         self._seen_messages = 0
+        self._spare: tuple[subprocess.Popen[bytes], Path] | None = None
+        self._live: set[subprocess.Popen[bytes]] = set()
+        # processes still running when the backend is dropped or Python exits without aclose() are killed then
+        weakref.finalize(self, _kill_all, self._live)
 
     # -- the X server ----------------------------------------------------------------------------------
 
@@ -75,6 +81,7 @@ class DesktopBackend:
             )
         finally:
             os.close(write)
+        self._live.add(self._xvfb)
         with os.fdopen(read) as pipe:
             number = pipe.readline().strip()  # Xvfb writes the display number once it accepts clients
         if not number.isdigit():
@@ -112,7 +119,7 @@ class DesktopBackend:
                 self._xdisplay.close()
             self._xdisplay = None
         if self._xvfb is not None:
-            _kill(self._xvfb)
+            self._kill(self._xvfb)
             self._xvfb = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -128,23 +135,39 @@ class DesktopBackend:
             raise ValueError(f"no desktop app {app!r} (there are {', '.join(sorted(APPS))})")
         await self.end_episode()
         await asyncio.to_thread(self._start_xvfb)
+        spare, self._spare = self._spare, None
+        if spare is None or spare[0].poll() is not None:
+            spare = self._spawn()
+        self._app, self._state_dir = spare
+        (self._state_dir / "app.tmp").write_text(app)
+        os.replace(self._state_dir / "app.tmp", self._state_dir / "app")
+        self._spare = self._spawn()  # the next episode's process loads Python and Tk while this one runs
+        self._seen_messages = 0
+        await self._sync()
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], Path]:
+        """A new app process, waiting for the name of the app to run."""
         assert self._tmp is not None
-        self._state_dir = Path(tempfile.mkdtemp(prefix="app-", dir=self._tmp))
+        state_dir = Path(tempfile.mkdtemp(prefix="app-", dir=self._tmp))
         width, height = self.viewport
-        self._app = subprocess.Popen(
-            [sys.executable, "-m", "claw_envs.gui.desktop_apps", app, str(self._state_dir), f"{width}x{height}"],
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "claw_envs.gui.desktop_apps", str(state_dir), f"{width}x{height}"],
             env={**os.environ, **self._env()},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        self._seen_messages = 0
-        await self._sync()
+        self._live.add(proc)
+        return proc, state_dir
+
+    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
+        _kill(proc)
+        self._live.discard(proc)
 
     async def end_episode(self) -> None:
         """Kill the episode's app (the X server stays up for the next one)."""
         if self._app is not None:
-            _kill(self._app)
+            self._kill(self._app)
             self._app = None
         if self._state_dir is not None:
             shutil.rmtree(self._state_dir, ignore_errors=True)
@@ -152,8 +175,11 @@ class DesktopBackend:
         self._report = {}
 
     async def aclose(self) -> None:
-        """Kill the app and the X server."""
+        """Kill the app, the waiting spare and the X server."""
         await self.end_episode()
+        if self._spare is not None:
+            self._kill(self._spare[0])
+            self._spare = None
         self._stop_xvfb()
 
     # -- observing -------------------------------------------------------------------------------------
@@ -291,6 +317,13 @@ class DesktopBackend:
             for call in calls:
                 call(pyautogui)
             self._xdisplay.sync()
+
+
+def _kill_all(procs: set[subprocess.Popen[bytes]]) -> None:
+    """Kill every process in ``procs`` (Xvfb and the apps of a backend that was not closed)."""
+    for proc in list(procs):
+        _kill(proc)
+    procs.clear()
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -1,4 +1,5 @@
-"""The Tk apps of the desktop tasks, run as ``python -m claw_envs.gui.desktop_apps APP STATE_DIR WxH``.
+"""The Tk apps of the desktop tasks, run as ``python -m claw_envs.gui.desktop_apps STATE_DIR WxH`` (the app's
+name arrives later in ``STATE_DIR/app``).
 
 Each app fills the X screen and reports itself through ``STATE_DIR/state.json``: its window title, every mapped
 widget as a tree line with a stable id and its box in screen pixels, its real state (what the task's check reads)
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import tkinter as tk
 from pathlib import Path
 from typing import Any
@@ -166,11 +168,18 @@ APPS: dict[str, type[DesktopApp]] = {"notes": NotesApp, "prefs": PrefsApp}
 
 
 def main(argv: list[str]) -> int:
-    """Run app ``argv[0]`` reporting to folder ``argv[1]`` on a screen of size ``argv[2]`` (``800x600``)."""
-    name, state_dir, size = argv
+    """Wait for ``STATE_DIR/app`` (``argv[0]``) to name an app, then run it on a screen of size ``argv[1]``
+    (``800x600``), reporting to ``STATE_DIR``. Started ahead of its episode, so Python and Tk are loaded by the
+    time the app is asked for; it exits if the env that started it goes away first."""
+    state_dir, size = Path(argv[0]), argv[1]
+    parent = os.getppid()
+    while not (state_dir / "app").exists():
+        if os.getppid() != parent:
+            return 0
+        time.sleep(POLL_MS / 1000)
     root = tk.Tk()
     root.geometry(f"{size}+0+0")
-    app = APPS[name](root, Path(state_dir))
+    app = APPS[(state_dir / "app").read_text().strip()](root, state_dir)
     root.after(POLL_MS, app.poll)
     root.mainloop()
     return 0
