@@ -331,7 +331,8 @@ class TerminalEnv(ClawEnv):
 
         async def in_shell(box: Sandbox) -> ShellRun:
             if self._shell is None or self._shell.sandbox is not box:
-                self._shell = PersistentShell(box, env=self.task.data.get("env"))
+                limit = getattr(box, "output_limit", 65536)
+                self._shell = PersistentShell(box, env=self.task.data.get("env"), output_limit=limit)
             return await self._shell.arun(command, timeout)
 
         return await self.sandbox.run(in_shell, timeout=timeout + 30.0, prepare=self._prepare)
