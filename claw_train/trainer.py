@@ -420,11 +420,6 @@ def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed:
     if training.lr is not None:
         values["learning_rate"] = training.lr
     values |= yaml_values(training.trainer)
-    if training.samples_per_step % world_size():
-        raise ConfigError(
-            f"--samples-per-step {training.samples_per_step} cannot be shared out evenly "
-            f"across {world_size()} processes"
-        )
     try:
         return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
     except TypeError as err:

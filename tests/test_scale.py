@@ -1,6 +1,6 @@
 """Scale-out on CPU: claw-train under ``accelerate launch`` (2 gloo processes) with its env actors on a local Ray
 cluster started here, resumed with 2 ranks and one of them killed; a dead env actor; an unreachable
-``--ray-address``; ranks started with different options."""
+``--ray-address``; ranks started with different options or a step they cannot share."""
 
 from __future__ import annotations
 
@@ -268,12 +268,19 @@ def ranks_by_hand(argvs: list[list[str]], tmp_path: Path) -> list[subprocess.Com
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-def test_ranks_started_with_different_options_stop_and_name_them(tmp_path, toolcall_model):
+@pytest.mark.parametrize(
+    ("rank_options", "said"),
+    [
+        ((["--seed", "0"], ["--seed", "1"]), "different options (seed: rank 0 0, rank 1 1)"),
+        ((["--samples-per-step", "3"],) * 2, "--samples-per-step 3 cannot be shared out evenly across 2 processes"),
+    ],
+)
+def test_ranks_that_disagree_or_cannot_share_a_step_stop_saying_why(tmp_path, toolcall_model, rank_options, said):
     base = ["--env", "toolcall", "--model", toolcall_model, "--updates", "1", "--output-dir", str(tmp_path / "run"),
             "--report-to", "none", "--no-display"]  # fmt: skip
-    ranks = ranks_by_hand([[*base, "--seed", "0"], [*base, "--seed", "1"]], tmp_path)
+    ranks = ranks_by_hand([[*base, *options] for options in rank_options], tmp_path)
     for rank in ranks:
         output = " ".join(rank.stdout.split())
         assert rank.returncode == 2, output[-3000:]
-        assert "different options" in output and "seed: rank 0 0, rank 1 1" in output
+        assert said in output, output[-3000:]
     assert not (tmp_path / "run" / "run.json").exists()  # no run was started

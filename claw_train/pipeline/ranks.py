@@ -40,6 +40,11 @@ class RankLink:
             await asyncio.to_thread(self.ranks.check_same, as_flat_dict(p.args))
         except RanksDisagree as err:
             raise RunError(str(err)) from None
+        if p.training.samples_per_step % self.ranks.world_size:
+            raise RunError(
+                f"--samples-per-step {p.training.samples_per_step} cannot be shared out evenly across "
+                f"{self.ranks.world_size} processes; give a multiple of {self.ranks.world_size}"
+            )
         if self.ranks.main:
             p.say(f"rank 0 of {self.ranks.world_size}: rollouts, judges, logs and checkpoints run here")
             return None
