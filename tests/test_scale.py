@@ -1,6 +1,7 @@
 """Scale-out on CPU: claw-train under ``accelerate launch`` (2 gloo processes) with its env actors on a local Ray
 cluster started here, resumed with 2 ranks and one of them killed; a dead env actor; an unreachable
-``--ray-address``; ranks started with different options or a step they cannot share."""
+``--ray-address``; ranks started with different options or a step they cannot share; a rank 0 that cannot
+start."""
 
 from __future__ import annotations
 
@@ -284,3 +285,15 @@ def test_ranks_that_disagree_or_cannot_share_a_step_stop_saying_why(tmp_path, to
         assert rank.returncode == 2, output[-3000:]
         assert said in output, output[-3000:]
     assert not (tmp_path / "run" / "run.json").exists()  # no run was started
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_rank_0_that_cannot_start_releases_the_other_ranks(tmp_path, toolcall_model):
+    argv = ["--env", "toolcall", "--model", toolcall_model, "--updates", "1", "--output-dir", str(tmp_path / "none"),
+            "--resume", "--report-to", "none", "--no-display"]  # fmt: skip
+    leader, follower = ranks_by_hand([argv, argv], tmp_path)  # no launcher here to end rank 1: rank 0 must
+    assert leader.returncode == 2 and "--resume: no run in" in leader.stdout, leader.stdout[-3000:]
+    said = " ".join(follower.stdout.split())
+    assert follower.returncode == 1, said[-3000:]
+    assert "rank 1: rank 0 stopped before training: --resume: no run in" in said
