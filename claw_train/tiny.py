@@ -20,13 +20,12 @@ import fcntl
 import functools
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -287,10 +286,11 @@ def _sft(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from claw_train.progress import optional_progress
+    from claw_train.tiny_sft import batches, encode_example, lr_factor, sft_loss, shared_prefix
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    rows = [_encode_example(tokenizer, ex, s.max_length) for ex in examples]
+    rows = [encode_example(tokenizer, ex, s.max_length) for ex in examples]
     rows = [r for r in rows if r is not None]
     if not rows:
         raise ValueError(f"no {env_id} demonstration fits in {s.max_length} tokens")
@@ -304,14 +304,14 @@ def _sft(
         lr=s.lr,
         betas=(0.9, 0.98),
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: _lr_factor(i, s.warmup, s.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_factor(i, s.warmup, s.steps))
     pad_id = tokenizer.pad_token_id
     started = time.monotonic()
     losses: list[float] = []
     shared = shared_prefix(rows)
     with optional_progress(progress, f"bootstrapping tiny on {env_id}", s.steps) as advance:
-        for step, batch in zip(range(s.steps), _batches(rows, s.batch_size, rng), strict=False):
-            loss = sft_loss(model, batch, pad_id, s, shared)
+        for step, batch in zip(range(s.steps), batches(rows, s.batch_size, rng), strict=False):
+            loss = sft_loss(model, batch, pad_id, shared, lead_tokens=s.lead_tokens, lead_weight=s.lead_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -330,106 +330,6 @@ def _sft(
         "final_loss": round(sum(losses[-20:]) / max(1, len(losses[-20:])), 4),
     }
     (out / "bootstrap.json").write_text(json.dumps(report, indent=2))
-
-
-MIN_SHARED_PREFIX = 32  # tokens; a shorter common prefix is not worth a separate forward pass
-
-
-def shared_prefix(rows: Sequence[tuple[list[int], int]]) -> int:
-    """How many leading tokens every row shares (the system prompt and tool schema of a family's demonstrations),
-    kept inside every prompt so each labelled token is predicted from the rest of its row; 0 when under
-    ``MIN_SHARED_PREFIX``."""
-    first = rows[0][0]
-    n = min(prompt_len for _, prompt_len in rows) - 1
-    for ids, _ in rows[1:]:
-        n = next((k for k in range(n) if ids[k] != first[k]), n)
-    return n if n >= MIN_SHARED_PREFIX else 0
-
-
-def sft_loss(model: Any, batch: Sequence[tuple[list[int], int]], pad_id: int, s: BootstrapSettings, shared: int) -> Any:
-    """The weighted cross-entropy of the completions in ``batch`` (see :class:`BootstrapSettings`).
-
-    With ``shared`` > 0 the common prefix runs once and its key/value cache is repeated for every row, and the
-    output head runs only where there is a label: the same loss and gradients as the plain forward pass
-    (to float rounding), at about 2.4x less compute for the tool-call family (a 278-token system prompt).
-    """
-    import torch
-    from transformers import DynamicCache
-
-    if not shared:
-        ids, labels, mask, weights = _collate(batch, pad_id, s.lead_tokens, s.lead_weight)
-        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
-    else:
-        cache = DynamicCache(config=model.config)
-        model.model(input_ids=torch.tensor([batch[0][0][:shared]]), cache=cache, use_cache=True)
-        cache.batch_repeat_interleave(len(batch))
-        rest = [(seq[shared:], prompt_len - shared) for seq, prompt_len in batch]
-        ids, labels, mask, weights = _collate(rest, pad_id, s.lead_tokens, s.lead_weight)
-        mask = torch.cat([torch.ones(len(batch), shared, dtype=mask.dtype), mask], dim=1)
-        positions = torch.arange(shared, shared + ids.shape[1]).expand(len(batch), -1)
-        out = model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
-        hidden = out.last_hidden_state
-    targets, w = labels[:, 1:], weights[:, 1:]
-    labelled = targets != -100
-    logits = model.lm_head(hidden[:, :-1][labelled])
-    ce = torch.nn.functional.cross_entropy(logits, targets[labelled], reduction="none")
-    return (ce * w[labelled]).sum() / w[labelled].sum()
-
-
-def _encode_example(tokenizer: Any, ex: dict[str, Any], max_length: int) -> tuple[list[int], int] | None:
-    """Prompt (chat template with generation prompt) + completion + end of turn; returns (ids, prompt length)."""
-    prompt = tokenizer.apply_chat_template(
-        ex["messages"], tools=ex.get("tools"), add_generation_prompt=True, tokenize=False
-    )
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    completion_ids = [*tokenizer.encode(ex["completion"], add_special_tokens=False), tokenizer.eos_token_id]
-    if len(completion_ids) >= max_length:
-        return None
-    keep = max_length - len(completion_ids)
-    prompt_ids = prompt_ids[-keep:]
-    return prompt_ids + completion_ids, len(prompt_ids)
-
-
-def _batches(rows: list[tuple[list[int], int]], size: int, rng: random.Random) -> Iterator[list[tuple[list[int], int]]]:
-    """Endless shuffled batches of similar length (less padding)."""
-    while True:
-        order = list(range(len(rows)))
-        rng.shuffle(order)
-        chunks = [order[i : i + size * 8] for i in range(0, len(order), size * 8)]
-        batches = []
-        for chunk in chunks:
-            chunk.sort(key=lambda i: len(rows[i][0]))
-            batches += [[rows[i] for i in chunk[j : j + size]] for j in range(0, len(chunk), size)]
-        rng.shuffle(batches)
-        yield from batches
-
-
-def _collate(
-    batch: Sequence[tuple[list[int], int]], pad_id: int, lead_tokens: int = 0, lead_weight: float = 1.0
-) -> tuple[Any, Any, Any, Any]:
-    """Right-padded ids, labels (-100 outside completions), attention mask and per-token loss weights."""
-    import torch
-
-    width = max(len(ids) for ids, _ in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    weights = torch.zeros((len(batch), width))
-    for row, (seq, prompt_len) in enumerate(batch):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        labels[row, prompt_len : len(seq)] = torch.tensor(seq[prompt_len:])
-        mask[row, : len(seq)] = 1
-        weights[row, prompt_len : len(seq)] = 1.0
-        if prompt_len:
-            weights[row, prompt_len : prompt_len + lead_tokens] = lead_weight
-    return ids, labels, mask, weights
-
-
-def _lr_factor(step: int, warmup: int, total: int) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 # -- cache -----------------------------------------------------------------------------------
@@ -472,7 +372,9 @@ def _digest(obj: Any) -> str:
 
 
 def _source() -> str:
-    return _digest(Path(__file__).read_text(encoding="utf-8"))
+    """The code that decides what a cached model holds (this module and the bootstrap's steps)."""
+    here = Path(__file__).parent
+    return _digest([(here / name).read_text(encoding="utf-8") for name in ("tiny.py", "tiny_sft.py")])
 
 
 def _resolve_family(family: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from claw_train import tiny
+from claw_train import tiny, tiny_sft
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +194,14 @@ def test_the_shared_prefix_pass_gives_the_plain_loss_and_gradients(tiny_path):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
-    rows = [tiny._encode_example(tokenizer, ex, 768) for ex in tiny.demonstrations("claw/ToolCall-v0", 6)]
-    shared = tiny.shared_prefix(rows)
+    rows = [tiny_sft.encode_example(tokenizer, ex, 768) for ex in tiny.demonstrations("claw/ToolCall-v0", 6)]
+    shared = tiny_sft.shared_prefix(rows)
     assert shared > 200  # the tool-call system prompt and schema
     assert all(seq[:shared] == rows[0][0][:shared] and shared < prompt_len for seq, prompt_len in rows)
-    settings = tiny.BootstrapSettings()
 
     def loss_and_grads(prefix: int) -> tuple[float, torch.Tensor]:
         model.zero_grad()
-        loss = tiny.sft_loss(model, rows, tokenizer.pad_token_id, settings, prefix)
+        loss = tiny_sft.sft_loss(model, rows, tokenizer.pad_token_id, prefix, lead_tokens=3, lead_weight=4.0)
         loss.backward()
         return loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()])
 
@@ -211,4 +210,4 @@ def test_the_shared_prefix_pass_gives_the_plain_loss_and_gradients(tiny_path):
     assert shared_loss == pytest.approx(plain_loss, abs=1e-5)
     assert torch.allclose(shared_grads, plain_grads, atol=1e-5)
     assert plain_grads.abs().sum() > 0
-    assert tiny.shared_prefix([([1] * 40, 35), ([1] * 10 + [2] * 30, 35)]) == 0  # too short to be worth a pass
+    assert tiny_sft.shared_prefix([([1] * 40, 35), ([1] * 10 + [2] * 30, 35)]) == 0  # too short to be worth a pass
