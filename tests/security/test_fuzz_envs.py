@@ -14,9 +14,12 @@ turn, enormous numbers in ``\\boxed{}``, fenced code blocks (closed, unclosed, s
 
 The run is derandomized (the same actions every time, so CI is reproducible) and sized so that each env sees
 at least ``MIN_ACTIONS`` actions: ``EXAMPLES`` hypothesis examples of ``ACTIONS_PER_EXAMPLE`` steps each (an
-episode that ends is reset and the remaining actions go on in a new one). ``CLAW_FUZZ_EXAMPLES`` sets the
-number of examples (more for a deeper local run, fewer for a quick look); ``CLAW_FUZZ_RANDOM=1`` draws new
-actions each run instead (exploration; a failure prints the example to keep as a regression test).
+episode that ends is reset and the remaining actions go on in a new one). An env whose reset is slow (a browser
+context, a repository checkout) gets fewer, longer examples — as many as ``RESET_BUDGET_S`` of resets allow, at
+least ``MIN_EXAMPLES`` — and a turn limit that does not end its episodes every few steps; it still sees
+``MIN_ACTIONS`` actions. ``CLAW_FUZZ_EXAMPLES`` sets the number of examples (more for a deeper local run, fewer
+for a quick look); ``CLAW_FUZZ_RANDOM=1`` draws new actions each run instead (exploration; a failure prints the
+example to keep as a regression test).
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from claw_envs.core import MAX_TEXT_LENGTH, NextState
 ACTIONS_PER_EXAMPLE = 8
 MIN_ACTIONS = 2000
 EXAMPLES = int(os.environ.get("CLAW_FUZZ_EXAMPLES", -(-MIN_ACTIONS // ACTIONS_PER_EXAMPLE)))
+RESET_BUDGET_S = 20.0  # seconds of resets an env with a slow reset may spend on example starts
+MIN_EXAMPLES = 20
+LONG_EPISODES = 10_000  # the turn limit of an env with a slow reset
 SLACK_S = 15.0  # sandbox start, math-verify worker start, a loaded CI machine
 REPORT: dict[str, dict[str, Any]] = {}
 
@@ -331,16 +337,31 @@ def turn_budget(env: Any) -> float:
     return budget
 
 
+def sized_for(env_id: str) -> tuple[Any, int, int]:
+    """The env to fuzz, the number of examples and the actions per example (see the module docstring)."""
+    env = gym.make(env_id).unwrapped
+    env.reset(seed=0)  # the first reset may start a browser or build a cache
+    start = time.monotonic()
+    env.reset(seed=1)
+    reset_s = time.monotonic() - start
+    if "CLAW_FUZZ_EXAMPLES" in os.environ or reset_s * EXAMPLES <= RESET_BUDGET_S:
+        return env, EXAMPLES, ACTIONS_PER_EXAMPLE
+    env.close()
+    env = gym.make(env_id, max_turns=LONG_EPISODES).unwrapped
+    examples = max(MIN_EXAMPLES, int(RESET_BUDGET_S / reset_s))
+    return env, examples, -(-MIN_ACTIONS // examples)
+
+
 @pytest.mark.parametrize("env_id", claw_envs.env_ids())
 def test_no_action_crashes_or_overruns_a_step(env_id: str) -> None:
-    env = gym.make(env_id).unwrapped
+    env, examples, per_example = sized_for(env_id)
     budget = turn_budget(env) + SLACK_S
     stats: Counter[str] = Counter()
     slowest = [0.0, ""]
     state = {"done": True, "tools": False}
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=examples,
         deadline=None,
         derandomize=not os.environ.get("CLAW_FUZZ_RANDOM"),
         database=None,
@@ -348,7 +369,7 @@ def test_no_action_crashes_or_overruns_a_step(env_id: str) -> None:
     )
     @given(
         seed=st.integers(0, 2**16),
-        actions=st.lists(action(), min_size=ACTIONS_PER_EXAMPLE, max_size=ACTIONS_PER_EXAMPLE),
+        actions=st.lists(action(), min_size=per_example, max_size=per_example),
     )
     def run(seed: int, actions: list[tuple[str, str]]) -> None:
         _, info = env.reset(seed=seed)
@@ -386,7 +407,8 @@ def test_no_action_crashes_or_overruns_a_step(env_id: str) -> None:
         env.close()
         REPORT[env_id] = {"actions": stats["actions"], "seconds": round(elapsed, 1), "slowest": slowest}
         print(
-            f"\n{env_id}: {stats['actions']} actions in {elapsed:.1f} s (slowest step {slowest[0]:.2f} s, "
+            f"\n{env_id}: {stats['actions']} actions in {examples} examples, {elapsed:.1f} s (slowest step "
+            f"{slowest[0]:.2f} s, "
             f"{slowest[1]}); by kind {dict(sorted((k, v) for k, v in stats.items() if k != 'actions'))}"
         )
-    assert stats["actions"] >= min(MIN_ACTIONS, EXAMPLES * ACTIONS_PER_EXAMPLE)
+    assert stats["actions"] >= min(MIN_ACTIONS, examples * per_example)
