@@ -41,6 +41,14 @@ def test_envs_list_does_not_import_torch_or_trl():
     assert out.stdout.strip() == "[]"
 
 
+def test_envs_list_in_a_pipe_is_one_tab_separated_line_per_env():
+    out = subprocess.run([str(BIN / "claw-envs"), "list"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("\t") for line in out.stdout.splitlines()]
+    assert {row[0] for row in rows} >= {"claw/Echo-v0", "claw/Terminal-v0", "claw/ToolCall-v0"}
+    assert all(len(row) == 6 for row in rows), out.stdout
+
+
 def test_claw_envs_does_not_import_torch():
     code = "import sys, claw_envs, claw_envs.pool, claw_envs.sandbox; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -20,11 +20,12 @@ console = Console()
 
 @app.command("list")
 def list_envs() -> None:
-    """Print every registered env id with its family and task counts per split."""
+    """Print every registered env id with its family and task counts per split (tab-separated in a pipe)."""
     import claw_envs
 
     table = Table("family (--env)", "track", "train tasks", "test tasks", "what it is")
     table.columns.insert(0, Column("id", no_wrap=True))
+    rows = []
     for env_id in claw_envs.env_ids():
         spec = claw_envs.family_spec(env_id)
         counts = []
@@ -32,8 +33,14 @@ def list_envs() -> None:
             try:
                 counts.append(claw_envs.env_class(env_id).default_tasks(split).describe())
             except Exception as err:  # a listing must not die on one family
-                counts.append(f"[red]{type(err).__name__}[/red]")
-        table.add_row(env_id, spec.name, spec.track, *counts, escape(spec.description))
+                counts.append(f"error: {type(err).__name__}")
+        rows.append((env_id, spec.name, spec.track, *counts, spec.description))
+    if not console.is_terminal:  # grep- and cut-friendly, never squeezed to 80 columns
+        for row in rows:
+            print("\t".join(row))
+        return
+    for row in rows:
+        table.add_row(*row[:-1], escape(row[-1]))
     console.print(table)
 
 
