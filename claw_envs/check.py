@@ -40,6 +40,7 @@ class TaskCheck:
 
     @property
     def problem(self) -> str | None:
+        """Why the task fails: the oracle errs or fails to solve it, or doing nothing solves it (``None``: passes)."""
         if self.oracle.error:
             return f"oracle: {self.oracle.error}"
         if self.oracle.outcome is None or self.oracle.outcome < SOLVED:

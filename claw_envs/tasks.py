@@ -32,6 +32,7 @@ class Task:
 
     @property
     def hash(self) -> str:
+        """The :func:`content_hash` of ``data``."""
         return content_hash(self.data)
 
 

@@ -126,7 +126,8 @@ class ClawConfig(GRPOConfig):
 class SampleSource(Protocol):
     """Where the trainer pulls samples from; ``get`` blocks (never spins) and returns ``None`` once closed."""
 
-    def get(self) -> TrainSample | None: ...
+    def get(self) -> TrainSample | None:
+        """The next sample; blocks until there is one, ``None`` once the source is closed."""
 
 
 class QueueSource:
@@ -136,18 +137,22 @@ class QueueSource:
         self._queue: queue.Queue[TrainSample | None] = queue.Queue(maxsize)
 
     def put(self, sample: TrainSample) -> None:
+        """Add ``sample``; blocks while the queue is full."""
         self._queue.put(sample)
 
     def close(self) -> None:
+        """Close the queue: ``get`` returns ``None`` once the samples before it are taken."""
         self._queue.put(None)
 
     def get(self) -> TrainSample | None:
+        """The next sample, blocking until there is one; ``None`` once closed (and to every later caller)."""
         item = self._queue.get()
         if item is None:
             self._queue.put(None)  # keep it closed for the next caller
         return item
 
     def qsize(self) -> int:
+        """About how many samples wait in the queue."""
         return self._queue.qsize()
 
 
@@ -274,6 +279,7 @@ class ClawTrainer(GRPOTrainer):
         metrics["claw/completion_tokens"].append(float(len(adv)))
 
     def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``key`` (thread-safe)."""
         with self._counter_lock:
             self.counters[key] = self.counters.get(key, 0) + n
 

@@ -26,49 +26,6 @@ _hook_spec = importlib.util.spec_from_file_location("api_reference", ROOT / "doc
 api_reference = importlib.util.module_from_spec(_hook_spec)
 _hook_spec.loader.exec_module(api_reference)
 
-# Undocumented public objects in files this docs work may not edit (other owners' modules). The list may only
-# shrink: a listed object that gains a docstring (or goes away) fails the test until it is removed from here.
-KNOWN_UNDOCUMENTED = {
-    "claw_envs.check:TaskCheck.problem",
-    "claw_envs.conversation.persona:Persona.preference",
-    "claw_envs.conversation.score:RubricResult.to_dict",
-    "claw_envs.conversation.simulator:Simulator.react",
-    "claw_envs.conversation.simulator:RulesSimulator.react",
-    "claw_envs.conversation.simulator:LLMSimulator.react",
-    "claw_envs.conversation.tasks:StudentWork.text",
-    "claw_envs.sandbox.base:ExecResult.ok",
-    "claw_envs.sandbox.limits:RunCgroup.pids",
-    "claw_envs.sandbox.output:CappedOutput.feed",
-    "claw_envs.sandbox.output:CappedOutput.truncated",
-    "claw_envs.tasks:Task.hash",
-    "claw_envs.toolcall.actions:ParsedTurn.calls",
-    "claw_envs.toolcall.actions:ParsedTurn.errors",
-    "claw_envs.toolcall.signals:Grade.outcome",
-    "claw_envs.toolcall.verify_worker:main",
-    "claw_train.pipeline.core:PipelineResult.exit_code",
-    "claw_train.pipeline.core:Pipeline.title",
-    "claw_train.pipeline.core:Pipeline.judge_item",
-    "claw_train.pipeline.core:Pipeline.note_env_success",
-    "claw_train.pipeline.core:Pipeline.trainer_step",
-    "claw_train.pipeline.rollouts:StreamingAgent.flush",
-    "claw_train.pipeline.rollouts:EnvRollouts.worker",
-    "claw_train.pipeline.rollouts:EnvRollouts.next_seed",
-    "claw_train.pipeline.rollouts:SyncRounds.start",
-    "claw_train.pipeline.rollouts:SyncRounds.run",
-    "claw_train.pipeline.rundir:RunDir.add_eval",
-    "claw_train.pipeline.rundir:RunDir.write_summary",
-    "claw_train.pipeline.rundir:read_json",
-    "claw_train.pipeline.rundir:read_jsonl",
-    "claw_train.pipeline.trainer_thread:SampleFeed.get",
-    "claw_train.pipeline.trainer_thread:TrainerThread.join",
-    "claw_train.trainer:SampleSource.get",
-    "claw_train.trainer:QueueSource.put",
-    "claw_train.trainer:QueueSource.close",
-    "claw_train.trainer:QueueSource.get",
-    "claw_train.trainer:QueueSource.qsize",
-    "claw_train.trainer:ClawTrainer.count",
-}
-
 
 def module_file(root: Path, module: str) -> Path:
     """The source file of ``module`` under ``root`` (a package's ``__init__.py``)."""
@@ -110,11 +67,8 @@ def undocumented(root: Path, packages: tuple[str, ...]) -> set[str]:
 
 
 def test_every_public_module_class_and_function_has_a_docstring():
-    missing = undocumented(ROOT, api_reference.PACKAGES)
-    new = sorted(missing - KNOWN_UNDOCUMENTED)
-    assert not new, "public objects without a docstring (the API reference would show them bare):\n" + "\n".join(new)
-    fixed = sorted(KNOWN_UNDOCUMENTED - missing)
-    assert not fixed, "documented now (or gone): remove from KNOWN_UNDOCUMENTED:\n" + "\n".join(fixed)
+    missing = "\n".join(sorted(undocumented(ROOT, api_reference.PACKAGES)))
+    assert not missing, f"public objects without a docstring (the API reference would show them bare):\n{missing}"
 
 
 def test_a_missing_docstring_is_found(tmp_path, monkeypatch):

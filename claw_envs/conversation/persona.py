@@ -85,6 +85,7 @@ class Persona:
     source: Path
 
     def preference(self, name: str) -> Preference:
+        """The preference called ``name`` (``StopIteration`` when the persona has none)."""
         return next(p for p in self.preferences if p.name == name)
 
 

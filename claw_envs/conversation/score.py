@@ -285,6 +285,7 @@ class RubricResult:
     correct: bool
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON-ready values (without ``raw``)."""
         return {
             "score": self.score,
             "met": dict(self.met),

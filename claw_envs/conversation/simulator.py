@@ -66,6 +66,7 @@ class Simulator:
     name = "base"
 
     async def react(self, turn: Turn, rng: np.random.Generator) -> Reaction:
+        """The user's reply to ``turn``; ``rng`` makes any random choice."""
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -78,6 +79,7 @@ class RulesSimulator(Simulator):
     name = "rules"
 
     async def react(self, turn: Turn, rng: np.random.Generator) -> Reaction:
+        """Thanks for a well-formed, correct reply meeting every preference; else a complaint about its first fault."""
         persona, result = turn.persona, turn.rubric
         if result.invalid_kind is not None:
             phrasing = persona.reask[result.invalid_kind]
@@ -170,6 +172,7 @@ class LLMSimulator(Simulator):
         )
 
     async def react(self, turn: Turn, rng: np.random.Generator) -> Reaction:
+        """The model's reply in character; satisfied per its last verdict tag (no tag: if it thanks)."""
         body = {
             "model": self.model,
             "messages": [

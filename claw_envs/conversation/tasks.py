@@ -112,6 +112,7 @@ class StudentWork:
     bad_index: int | None = None  # which step holds the slip when the work is wrong
 
     def text(self) -> str:
+        """The work as the student writes it: one step a line, then the final answer."""
         lines = [str(s) for s in self.steps]
         lines.append(f"So the answer is {fmt(self.final)}.")
         return "\n".join(lines)

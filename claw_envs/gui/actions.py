@@ -277,6 +277,7 @@ def _snippet(code: str, node: ast.AST) -> str:
 
 
 def text_arg(value: Any, what: str) -> str:
+    """A string argument of at most ``MAX_TEXT_CHARS`` characters with no NUL (``what`` names it in the error)."""
     if not isinstance(value, str):
         raise ActionError(f"{what} must be a string, got {type(value).__name__}", "bad_argument")
     if len(value) > MAX_TEXT_CHARS:
@@ -310,6 +311,7 @@ def _key(value: Any) -> str:
 
 
 def key_names(values: Sequence[Any]) -> list[str]:
+    """A key combination: 1 to 6 known key names, each in its canonical spelling (see ``KEY_NAMES``)."""
     if not values or len(values) > 6:
         raise ActionError("a key combination needs 1 to 6 key names", "bad_argument")
     return [_key(v) for v in values]
@@ -322,6 +324,7 @@ def _button(value: Any) -> str:
 
 
 def wait_seconds(value: Any) -> float:
+    """A wait in seconds: not negative, capped at ``MAX_WAIT_SECONDS``."""
     seconds = number(value, "the wait")
     if seconds < 0:
         raise ActionError("a wait cannot be negative", "bad_argument")

@@ -36,6 +36,7 @@ class ExecResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the command exited 0 within its time limit."""
         return self.returncode == 0 and not self.timed_out
 
 

@@ -197,6 +197,7 @@ class RunCgroup:
         return [str(path / "cgroup.procs") for path in self.dirs]
 
     def pids(self) -> set[int]:
+        """The pids of the processes now in this cgroup."""
         found: set[int] = set()
         for path in self.dirs:
             with contextlib.suppress(OSError):

@@ -19,6 +19,7 @@ class CappedOutput:
         self.total = 0
 
     def feed(self, data: bytes) -> None:
+        """Add ``data``: it fills the head first, then only its last bytes are kept in the tail."""
         self.total += len(data)
         room = self.head_limit - len(self.head)
         if room > 0:
@@ -32,6 +33,7 @@ class CappedOutput:
 
     @property
     def truncated(self) -> bool:
+        """Whether bytes were dropped between the head and the tail."""
         return self.total > len(self.head) + len(self.tail)
 
     def text(self) -> str:

@@ -133,10 +133,12 @@ class ParsedTurn:
 
     @property
     def calls(self) -> list[ToolCall]:
+        """The calls that can be run, in order."""
         return [i for i in self.items if isinstance(i, ToolCall)]
 
     @property
     def errors(self) -> list[ToolCallError]:
+        """The calls that cannot be run, in order."""
         return [i for i in self.items if isinstance(i, ToolCallError)]
 
     @property

@@ -57,6 +57,7 @@ class Grade:
 
     @property
     def outcome(self) -> float:
+        """``1.0`` when correct, else ``-1.0``."""
         return 1.0 if self.correct else -1.0
 
 

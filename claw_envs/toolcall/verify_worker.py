@@ -17,6 +17,7 @@ def _as_math(text: str) -> str:
 
 
 def main() -> None:
+    """Say ready, then answer each request line on stdin with one JSON line on stdout until stdin ends."""
     logging.disable(logging.WARNING)
     from math_verify import parse, verify
 

@@ -59,6 +59,7 @@ class PipelineResult:
 
     @property
     def exit_code(self) -> int:
+        """The process exit status: 0 when done, 130 when interrupted, else 1."""
         return {"done": 0, "interrupted": 130}.get(self.status, 1)
 
 
@@ -164,6 +165,7 @@ class Pipeline:
         return snap
 
     def title(self) -> str:
+        """The run's title: the one given, else env · method · model · sync or async."""
         mode = "sync" if self.sync else "async"
         return self._title or f"{self.env_id} · {self.training.method} · {self.run_cfg.model} · {mode}"
 
@@ -374,6 +376,7 @@ class Pipeline:
         await self.turn_q.put(item)
 
     def judge_item(self, item: Item) -> Awaitable[list[TrainSample]]:
+        """The training samples judged from a turn (personal track) or a group of episodes (agent track)."""
         return self.samples.group(item) if isinstance(item, list) else self.samples.personal(item)
 
     async def _judge_worker(self) -> None:
@@ -409,6 +412,7 @@ class Pipeline:
             self.request_stop("policy_failed", f"{failed}: {err}")
 
     def note_env_success(self) -> None:
+        """An episode ran in the env: the env works, and the failure streak starts again."""
         self._env_ok = True
         self._env_failures = 0
 
@@ -421,6 +425,7 @@ class Pipeline:
             self.say(f"no trainable sample yet after {masked} turns (masked: {reasons}); training waits for signal")
 
     def trainer_step(self) -> int:
+        """Optimizer steps the trainer has made so far."""
         return self.trainer_thread.step
 
     def step_done(self) -> None:

@@ -41,6 +41,7 @@ class StreamingAgent(EpisodeAgent):
         self.error: PolicyError | None = None
 
     async def flush(self) -> None:
+        """Emit the turns not yet handed on, in order."""
         while self.emitted < len(self.turns):
             turn = self.turns[self.emitted]
             turn.info.setdefault("tools", self.transcript.tools if self.transcript else None)
@@ -74,6 +75,7 @@ class EnvRollouts:
         return [asyncio.create_task(self.worker()) for _ in range(self.p.rollout.rollout_workers)]
 
     async def worker(self) -> None:
+        """Once the policy serves, play episodes (or groups) and hand them to the judges until the run closes."""
         p = self.p
         await p.served.wait()
         while not p.closed.is_set():
@@ -84,6 +86,7 @@ class EnvRollouts:
                 await p.put_turn(await self.play_group())
 
     def next_seed(self) -> int:
+        """A fresh episode seed from the pipeline's rng (and count the episode)."""
         self.episode_no += 1
         return int(self.p.rng.integers(0, 2**31 - 1))
 
@@ -153,9 +156,11 @@ class SyncRounds:
         self.rollouts = EnvRollouts(pipeline)
 
     def start(self) -> list[asyncio.Task]:
+        """The one task that runs the rounds."""
         return [asyncio.create_task(self.run())]
 
     async def run(self) -> None:
+        """Once the policy serves, repeat rounds of roll out, judge and train until the run closes."""
         p = self.p
         await p.served.wait()
         pending: list[TrainSample] = []

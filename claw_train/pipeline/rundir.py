@@ -58,10 +58,12 @@ class RunDir:
         return [e for e in read_jsonl(self.evals_path) if e["update"] <= step]
 
     def add_eval(self, row: Mapping[str, Any]) -> None:
+        """Append ``row`` to ``evals.jsonl``."""
         with self.evals_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row, default=str) + "\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
+        """Write ``summary.json``."""
         (self.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
@@ -77,6 +79,7 @@ def checkpoint_step(path: Path) -> int:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON in ``path`` (``None`` when it is missing or unreadable)."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -84,6 +87,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file, blank lines skipped (none when the file is missing)."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -55,6 +55,7 @@ class SampleFeed:
         return None
 
     def get(self) -> TrainSample | None:
+        """The next sample, waited for on the event loop; ``None`` once the run closes or the loop has."""
         if self.loop.is_closed():
             return None
         return asyncio.run_coroutine_threadsafe(self._get(), self.loop).result()
@@ -80,6 +81,7 @@ class TrainerThread:
         self.thread.start()
 
     async def join(self) -> None:
+        """Wait, off the event loop, until the trainer thread has ended (at once if it never started)."""
         if self.thread is not None:
             await asyncio.to_thread(self.thread.join)
 
