@@ -86,7 +86,7 @@ def test_the_oracle_scores_one_and_the_untouched_task_less(env, task_id, untouch
     reward, info = finish(env)
     ns = info["next_state"]
     assert ns.outcome == pytest.approx(untouched) and reward == pytest.approx(2 * untouched - 1)
-    assert ns.directive and "not done" in ns.directive
+    assert ns.evaluative.score == -1.0 and ns.directive and "not done" in ns.directive  # declared done too early
     if source == "pytest":
         assert "Tests: 1 of 3 passed. Failing: test_outputs.py::" in ns.text
         assert list(info["grading"]["tests"].values()).count("FAILED") == 2

@@ -32,9 +32,10 @@ command; the agent's processes end before the check runs. ``shell="oneshot"`` ru
 
 **Task folders** (:mod:`.folders`, Harbor or Terminal-Bench 1 layout): the workspace sits at the task's workdir
 (``/app``), the hidden tests grade it (:mod:`.grading`); the outcome is the fraction of tests passed (Harbor: the
-number in ``reward.txt``), the reward and the final ``evaluative`` are ``2·outcome − 1``, ``info["grading"]`` holds
-the per-test results. The agent's time for the episode (``[agent] timeout_sec``) caps its commands; when it is
-used up the episode ends and the tests run.
+number in ``reward.txt``), the reward is ``2·outcome − 1``, the final ``evaluative`` +1 when solved and -1 (with a
+directive) when the agent declared an unfinished task done; ``info["grading"]`` holds the per-test results. The
+agent's time for the episode (``[agent] timeout_sec``) caps its commands; when it is used up the episode ends and
+the tests run.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class Verdict:
 
     @classmethod
     def of_grade(cls, grade: Grade) -> Verdict:
-        """A task folder's verdict: the outcome, reward and score ``2·outcome − 1``, the failing tests named."""
+        """A task folder's verdict: the outcome (fraction of tests passed), the reward ``2·outcome − 1``, the failing
+        tests named; the step that declared the task done scores +1 when it is solved and -1 when it is not."""
         counted = {name: status for name, status in grade.tests.items() if status != "SKIPPED"}
         failing = [name for name, status in counted.items() if status not in ("PASSED", "XFAIL")]
         if grade.source == "pytest" or counted:
@@ -110,8 +111,8 @@ class Verdict:
             text += (
                 " Failing: " + ", ".join(failing[:10]) + (f" and {len(failing) - 10} more" if len(failing) > 10 else "")
             )
-        score = 2.0 * grade.outcome - 1.0
-        return cls(grade.outcome, score, score, tag, text, {"grading": grade.to_info()})
+        score = 1.0 if grade.outcome >= 1.0 else -1.0
+        return cls(grade.outcome, 2.0 * grade.outcome - 1.0, score, tag, text, {"grading": grade.to_info()})
 
 
 def unsupported_problem(data: dict[str, Any]) -> str | None:
