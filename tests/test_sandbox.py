@@ -20,7 +20,7 @@ from pathlib import Path
 import gymnasium
 import pytest
 
-from claw_envs.sandbox import ExecResult, LocalSandbox, SandboxError, make_sandbox
+from claw_envs.sandbox import ExecResult, LocalSandbox, SandboxError, layout, make_sandbox
 from claw_envs.sandbox import local as local_module
 from claw_envs.sandbox.output import CappedOutput
 
@@ -453,8 +453,8 @@ def test_limits_hold_without_the_prlimit_tool(monkeypatch):
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0, reason="bubblewrap runs as another uid only when started as root")
 def test_where_bwrap_cannot_run_as_nobody_it_runs_as_root_with_a_warning(monkeypatch):
-    monkeypatch.setattr(local_module, "_run_as_host_uid", lambda: ("/bin/false",))
-    monkeypatch.setattr(local_module, "_warned", set())
+    monkeypatch.setattr(local_module, "run_as_host_uid", lambda: ("/bin/false",))
+    monkeypatch.setattr(layout, "_warned", set())
     with pytest.warns(RuntimeWarning, match="cannot run as uid 65534"):
         box = LocalSandbox(isolation="bwrap")
     with box:
@@ -467,7 +467,7 @@ def test_where_bwrap_cannot_run_as_nobody_it_runs_as_root_with_a_warning(monkeyp
 
 
 def test_without_bubblewrap_it_runs_with_rlimits_and_warns(monkeypatch):
-    monkeypatch.setattr(local_module, "_warned", set())
+    monkeypatch.setattr(layout, "_warned", set())
     with pytest.warns(RuntimeWarning, match="WITHOUT namespace isolation"):
         box = LocalSandbox(isolation="rlimits", max_processes=16, memory_mb=512)
     try:
@@ -504,7 +504,7 @@ def test_without_bubblewrap_it_runs_with_rlimits_and_warns(monkeypatch):
 
 
 def test_auto_without_bwrap_on_path_falls_back_and_bwrap_mode_refuses(monkeypatch):
-    monkeypatch.setattr(local_module, "_warned", set())
+    monkeypatch.setattr(layout, "_warned", set())
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.warns(RuntimeWarning, match="bubblewrap \\(bwrap\\) is not installed"):
         box = LocalSandbox()

@@ -11,13 +11,12 @@ from claw_envs.toolcall.actions import (
     ParseLimits,
     ToolCall,
     ToolCallError,
-    invalid_char,
     json_depth,
-    last_boxed,
     load_json,
     parse_action,
-    validate_arguments,
 )
+from claw_envs.toolcall.boxed import last_boxed
+from claw_envs.toolcall.schema import invalid_char, validate_arguments
 from claw_envs.toolcall.signals import MathVerifier, exact_value, grade_answer, grade_response, normalize_answer
 from claw_envs.toolcall.tools import PYTHON, cap_text, last_error_line
 

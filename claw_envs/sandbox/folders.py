@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import re
 import shutil
@@ -168,3 +169,9 @@ def _remove_tree(root: Path) -> None:
         shutil.rmtree(root, onexc=fix)
     else:
         shutil.rmtree(root, onerror=fix)
+
+
+@functools.cache
+def sweep_orphans_once() -> None:
+    """:func:`sweep_orphans` once per process (before its first sandbox)."""
+    sweep_orphans()

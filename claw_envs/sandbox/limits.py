@@ -9,6 +9,7 @@ kernel ignores, and bound the memory of all the command's processes together.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
 import signal
@@ -257,3 +258,13 @@ def _rmdir(path: Path, wait: float = 1.0) -> None:
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.005)
+
+
+@functools.cache
+def cgroups_available() -> bool:
+    """Whether this process may create the per-command pids cgroup (checked once)."""
+    cgroup = RunCgroup.create(Limits())
+    if cgroup is None:
+        return False
+    cgroup.remove()
+    return True

@@ -28,88 +28,50 @@ argument (the kernel caps each at 128 KiB) is read by the shell from an inherite
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import functools
 import os
-import posixpath
-import selectors
 import shutil
 import signal
-import site
-import stat
 import subprocess
 import sys
-import sysconfig
-import threading
 import time
 import uuid
-import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from claw_envs.sandbox.areas import Areas
 from claw_envs.sandbox.base import Bind, ExecResult, Sandbox, SandboxError, Spawned
-from claw_envs.sandbox.folders import is_full, new_folder, remove_folder, stage_bind, sweep_orphans
-from claw_envs.sandbox.limits import (
-    Limits,
-    RunCgroup,
-    apply_rlimits,
-    limit_note,
-    prlimit_options,
-    user_task_count,
-    with_note,
+from claw_envs.sandbox.folders import is_full, new_folder, remove_folder, sweep_orphans_once
+from claw_envs.sandbox.layout import (
+    AREAS,
+    HOST_UID,
+    INSIDE_HOME,
+    INSIDE_TMP,
+    INSIDE_WORKSPACE,
+    bwrap_command,
+    checked_workspace,
+    normalise_binds,
+    probe,
+    reachable,
+    run_as_host_uid,
+    warn_once,
 )
-from claw_envs.sandbox.output import CappedOutput
+from claw_envs.sandbox.limits import Limits, RunCgroup, cgroups_available, limit_note, user_task_count, with_note
+from claw_envs.sandbox.process import (
+    CGROUP_JOIN_FAILED,
+    command_environment,
+    communicate,
+    kill_marked,
+    launcher,
+    memory_file,
+    shell_argv,
+)
 
-SANDBOX_UID = 1000
-SANDBOX_USER = "sandbox"
-HOST_UID = 65534  # as root, bubblewrap and the commands run as this host uid and gid (nobody)
-INSIDE_WORKSPACE = "/workspace"
-INSIDE_HOME = f"/home/{SANDBOX_USER}"
-INSIDE_TMP = "/tmp"
-AREAS = ("workspace", "tmp", "home")
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-ETC_ENTRIES = (
-    "alternatives",
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "localtime",
-    "timezone",
-    "nsswitch.conf",
-    "hosts",
-    "resolv.conf",
-    "host.conf",
-    "protocols",
-    "services",
-    "ssl/certs",
-    "ssl/openssl.cnf",
-    "mime.types",
-    "magic",
-    "inputrc",
-    "terminfo",
-    "locale.alias",
-    "os-release",
-    "debian_version",
-    "python3",
-    f"python{sys.version_info.major}.{sys.version_info.minor}",
-)
-CGROUP_JOIN_FAILED = "claw-sandbox: cannot join cgroup"
-CGROUP_JOIN = (  # sh -c CGROUP_JOIN sh <cgroup.procs files...> -- <command...>
-    f'while [ "$1" != -- ]; do echo $$ > "$1" || {{ echo "{CGROUP_JOIN_FAILED} $1" >&2; exit 125; }}; shift; done; '
-    'shift; exec "$@"'
-)
-RUN_MARKER = "CLAW_SANDBOX_RUN"  # set in every command's environment; finds escaped processes without bwrap
-ARG_INLINE_MAX = 64 << 10  # longer shell commands are read from a memory file (one argument holds <= 128 KiB)
-EXIT_GRACE = 0.2  # seconds to wait for output pipes to close after the command itself exited
-DRAIN_WAIT = 2.0  # seconds to keep reading after a kill
-_CHUNK = 1 << 16
 Running = tuple[subprocess.Popen, str, RunCgroup | None]  # a started command: process, run id, cgroup
-
-_warned: set[str] = set()
 
 
 class LocalSandbox(Sandbox):
@@ -147,23 +109,23 @@ class LocalSandbox(Sandbox):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'rlimits', got {isolation!r}")
         if not isinstance(output_limit, int) or output_limit < 2:
             raise ValueError(f"output_limit must be an integer >= 2, got {output_limit!r}")
-        self._inside_workspace = _checked_workspace(workspace)
+        self._inside_workspace = checked_workspace(workspace)
         self.limits = Limits(memory_mb, cpu_seconds, max_processes, max_file_mb, disk_mb=disk_mb)
         self.output_limit = output_limit
         self.network = bool(network)
-        self.binds_ro = _normalise_binds(binds_ro)
+        self.binds_ro = normalise_binds(binds_ro)
         self.python = sys.executable
         self._closed = False
         self._running: set[Running] = set()
         self._spawned: weakref.WeakSet[Spawned] = weakref.WeakSet()
-        _sweep_once()
+        sweep_orphans_once()
         self._root, self.disk_capped = new_folder(quota=self.limits.disk_mb << 20)
         self._finalizer = weakref.finalize(self, remove_folder, self._root)
         for name in AREAS:
             (self._root / name).mkdir()
         self._run_as: list[str] = []  # the prefix that starts bubblewrap as HOST_UID, when it does
         if not self.disk_capped:
-            _warn_once(
+            warn_once(
                 "LocalSandbox: no disk quota (mounting a size-capped tmpfs needs root): commands may fill the disk."
             )
         self._shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
@@ -183,19 +145,20 @@ class LocalSandbox(Sandbox):
         if reason is None:
             self.isolation = "bwrap"
             self.workspace = self._inside_workspace
-            self._areas = {self._inside_workspace: "workspace", INSIDE_TMP: "tmp", INSIDE_HOME: "home"}
+            mapping = {self._inside_workspace: "workspace", INSIDE_TMP: "tmp", INSIDE_HOME: "home"}
         else:
             self.isolation = "rlimits-only"
             self.workspace = str(self._root / "workspace")
-            self._areas = {str(self._root / name): name for name in AREAS}
-            _warn_once(
+            mapping = {str(self._root / name): name for name in AREAS}
+            warn_once(
                 f"LocalSandbox runs WITHOUT namespace isolation ({reason}): commands can read and write "
                 "anything this user can and reach the network; only rlimits apply. Install bubblewrap "
                 "(apt-get install bubblewrap) for real isolation.",
             )
-        self._cgroups_usable = os.geteuid() == 0 and _cgroups_available()
+        self._paths = Areas(self._root, mapping, self.workspace)
+        self._cgroups_usable = os.geteuid() == 0 and cgroups_available()
         if os.geteuid() == 0 and not self._cgroups_usable:
-            _warn_once(
+            warn_once(
                 "LocalSandbox: running as root without a writable pids cgroup, so the process limit "
                 "(max_processes) is not enforced (the kernel ignores RLIMIT_NPROC for root)."
             )
@@ -224,13 +187,13 @@ class LocalSandbox(Sandbox):
             raise SandboxError("this sandbox is closed")
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        argv, script = self._argv(cmd)
+        argv, script = shell_argv(self._shell, cmd)
         if not argv:
             return ExecResult(127, "", "sandbox: empty command")
-        inside_cwd = self._inside_path(cwd if cwd is not None else ".")
-        if not self._host_path(inside_cwd).is_dir():
+        inside_cwd = self._paths.inside_path(cwd if cwd is not None else ".")
+        if not self._paths.host_path(inside_cwd).is_dir():
             return ExecResult(1, "", f"sandbox: working directory {inside_cwd} does not exist")
-        with _memory_file(script) as fds:
+        with memory_file(script) as fds:
             if fds:  # the shell reads the script from the file instead of its argument
                 argv = [self._shell, "-c", f'eval "$(cat <&{fds[0]})" {fds[0]}<&-']
             return self._execute(argv, fds, timeout, env, inside_cwd, stdin, binds)
@@ -241,7 +204,7 @@ class LocalSandbox(Sandbox):
         everything it started."""
         if self._closed:
             raise SandboxError("this sandbox is closed")
-        inside_cwd = self._inside_path(cwd if cwd is not None else ".")
+        inside_cwd = self._paths.inside_path(cwd if cwd is not None else ".")
         started = self._start(list(argv), (), env, inside_cwd, stdin_pipe=True)
         if isinstance(started, ExecResult):
             raise SandboxError(f"cannot start {argv[0]!r}: {started.stderr}")
@@ -265,13 +228,13 @@ class LocalSandbox(Sandbox):
 
     def read_file(self, path: str) -> bytes:
         """Bytes of ``path`` (relative to the workspace, or absolute under the workspace, /tmp or $HOME)."""
-        host = self._resolved(path)
+        host = self._paths.resolved(path)
         return host.read_bytes()
 
     def write_file(self, path: str, data: str | bytes) -> None:
         """Create or replace ``path``; parents are created; a symlink is never written through."""
-        host = self._host_path(self._inside_path(path))
-        self._make_parents(path, host)
+        host = self._paths.host_path(self._paths.inside_path(path))
+        self._paths.make_parents(path, host, self._own)
         payload = data.encode() if isinstance(data, str) else bytes(data)
         try:
             fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -295,38 +258,6 @@ class LocalSandbox(Sandbox):
 
     # -- paths -------------------------------------------------------------------------------
 
-    def _inside_path(self, path: str) -> str:
-        """``path`` as an absolute, normalised path inside the sandbox (relative: under the workspace)."""
-        path = os.fspath(path)
-        if "\0" in path:
-            raise ValueError("path contains a NUL byte")
-        return posixpath.normpath(posixpath.join(self.workspace, path))
-
-    def _host_path(self, inside: str) -> Path:
-        """Where an inside path lives on the host; only the workspace, /tmp and $HOME are mapped."""
-        for area_inside, name in self._areas.items():
-            if inside == area_inside or inside.startswith(area_inside + "/"):
-                return self._root / name / posixpath.relpath(inside, area_inside)
-        raise ValueError(f"{inside!r} is outside the sandbox's workspace, /tmp and home directories")
-
-    def _area_of(self, host: Path) -> Path:
-        for name in self._areas.values():
-            if host.is_relative_to(self._root / name):
-                return self._root / name
-        raise ValueError(f"{host} is outside the sandbox")
-
-    def _make_parents(self, path: str, host: Path) -> None:
-        """Create the folders above ``host`` (owned by the sandbox user), never through a symlink out of its area."""
-        area = self._area_of(host)
-        folder = area
-        for part in host.parent.relative_to(area).parts:
-            folder = folder / part
-            if not folder.resolve().is_relative_to(area.resolve()):
-                raise ValueError(f"{path!r} leads outside the sandbox (through a symlink)")
-            if not folder.is_dir():
-                folder.mkdir()
-                self._own(folder)
-
     def _own(self, path: Path) -> None:
         """Hand ``path`` to the host uid commands run as (when that is not this process's)."""
         if self._run_as:
@@ -337,14 +268,6 @@ class LocalSandbox(Sandbox):
         uid, gid = (HOST_UID, HOST_UID) if self._run_as else (os.getuid(), os.getgid())
         for name in AREAS:
             os.chown(self._root / name, uid, gid)
-
-    def _resolved(self, path: str) -> Path:
-        host = self._host_path(self._inside_path(path))
-        area = self._area_of(host)
-        resolved = host.resolve()
-        if not resolved.is_relative_to(area.resolve()):
-            raise ValueError(f"{path!r} leads outside the sandbox (through a symlink)")
-        return resolved
 
     # -- launching ---------------------------------------------------------------------------
 
@@ -367,7 +290,8 @@ class LocalSandbox(Sandbox):
         proc, run_id, cgroup = running = started
         oom_kills = 0
         try:
-            out, err, timed_out = self._communicate(proc, timeout, data, run_id, cgroup)
+            kill = functools.partial(self._kill_tree, proc, run_id, cgroup)
+            out, err, timed_out = communicate(proc, timeout, data, self.output_limit, kill)
         finally:
             oom_kills = self._finish(running)
         code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
@@ -402,11 +326,17 @@ class LocalSandbox(Sandbox):
         """Launch ``argv`` with piped output (and stdin when ``stdin_pipe``), tracked until :meth:`_finish`; an
         :class:`ExecResult` when it could not start (the agent's fault)."""
         run_id = uuid.uuid4().hex
-        command, popen_env, popen_cwd, nproc = self._command_line(
-            argv, inside_cwd, self._environment(env, run_id), binds
+        outside = self.isolation != "bwrap"
+        environment = command_environment(
+            self.python,
+            home=str(self._root / "home") if outside else INSIDE_HOME,
+            tmp=str(self._root / "tmp") if outside else INSIDE_TMP,
+            extra=env,
+            run_id=run_id,
         )
+        command, popen_env, popen_cwd, nproc = self._command_line(argv, inside_cwd, environment, binds)
         cgroup = RunCgroup.create(self.limits) if self._cgroups_usable else None
-        launch, preexec = self._launcher(self.limits.rlimits(nproc=nproc), cgroup)
+        launch, preexec = launcher(self.limits.rlimits(nproc=nproc), cgroup, self._prlimit)
         try:
             proc = subprocess.Popen(
                 [*launch, *command],
@@ -447,10 +377,11 @@ class LocalSandbox(Sandbox):
             if binds:
                 raise SandboxError(f"binds for one command need bubblewrap; this sandbox runs {self.isolation}")
             nproc = None if os.geteuid() == 0 else user_task_count(os.getuid()) + self.limits.max_processes
-            return argv, environment, str(self._host_path(inside_cwd)), nproc
+            return argv, environment, str(self._paths.host_path(inside_cwd)), nproc
         extra = []
         for bind in binds:
-            extra += ["--bind" if bind.writable else "--ro-bind", self._reachable(bind.host), bind.inside]
+            host = reachable(bind.host, as_other_uid=bool(self._run_as))
+            extra += ["--bind" if bind.writable else "--ro-bind", host, bind.inside]
         full = [*self._run_as, *self._bwrap_args[:-2], *extra, *self._bwrap_args[-2:], "--chdir", inside_cwd]
         for key, value in environment.items():
             full += ["--setenv", key, value]
@@ -469,161 +400,44 @@ class LocalSandbox(Sandbox):
         code = 127 if isinstance(err, FileNotFoundError) else 126
         return ExecResult(code, "", f"sandbox: cannot start {program!r}: {err}", duration=duration)
 
-    def _argv(self, cmd: str | bytes | Sequence[str]) -> tuple[list[str], bytes | None]:
-        """The argv to start, and the script for a shell command too long to pass as one argument."""
-        if isinstance(cmd, bytes):
-            cmd = cmd.decode("utf-8", errors="replace")
-        if not isinstance(cmd, str):
-            return [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in cmd], None
-        script = cmd.encode(errors="surrogatepass")
-        if len(script) < ARG_INLINE_MAX:
-            return [self._shell, "-c", cmd], None
-        return [self._shell, "-c", cmd], script
-
-    def _environment(self, extra: Mapping[str, str] | None, run_id: str) -> dict[str, str]:
-        home = INSIDE_HOME if self.isolation == "bwrap" else str(self._root / "home")
-        tmp = INSIDE_TMP if self.isolation == "bwrap" else str(self._root / "tmp")
-        path_dirs = [os.path.dirname(self.python), "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-        env = {
-            "PATH": ":".join(dict.fromkeys(path_dirs)),
-            "HOME": home,
-            "USER": SANDBOX_USER,
-            "LOGNAME": SANDBOX_USER,
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "TMPDIR": tmp,
-            "TERM": "dumb",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.update({str(k): str(v) for k, v in (extra or {}).items()})
-        env[RUN_MARKER] = run_id
-        return env
-
     def _set_up_bwrap(self, bwrap: str) -> str | None:
         """Build the bubblewrap command line and check that it starts: ``None``, or the reason it cannot.
 
         As root, bubblewrap runs as ``HOST_UID``; where that uid may not make namespaces, it runs as root
         (the sandbox user is then host root on the file system, without capabilities), with a warning.
         """
-        self._run_as = list(_run_as_host_uid())
+        self._run_as = list(run_as_host_uid())
         self._own_areas()
-        self._bwrap_args = self._bwrap_base(bwrap)
-        reason = _probe(tuple(self._run_as + self._bwrap_args), self._root)
+        self._bwrap_args = bwrap_command(
+            bwrap,
+            root=self._root,
+            workspace=self._inside_workspace,
+            network=self.network,
+            disk_mb=self.limits.disk_mb,
+            binds_ro=self.binds_ro,
+            as_other_uid=bool(self._run_as),
+        )
+        reason = probe(tuple(self._run_as + self._bwrap_args), self._root)
         if reason is None or not self._run_as:
             return reason
-        _warn_once(
+        warn_once(
             f"LocalSandbox: bubblewrap cannot run as uid {HOST_UID} here ({reason}); it runs as root, so host files "
             "private to root are readable where a sandbox shows them."
         )
         self._run_as = []
         self._own_areas()
-        self._bwrap_args = self._bwrap_base(bwrap)
-        return _probe(tuple(self._bwrap_args), self._root)
-
-    def _bwrap_base(self, bwrap: str) -> list[str]:
-        """The bubblewrap command line shared by every command of this sandbox."""
-        args = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        args += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--hostname", SANDBOX_USER]
-        if "--disable-userns" in _bwrap_help(bwrap):
-            args.append("--disable-userns")
-        if self.network:
-            args.append("--share-net")
-        for name in SYSTEM_DIRS:
-            if os.path.islink(name):
-                args += ["--symlink", os.readlink(name), name]
-            elif os.path.isdir(name):
-                args += ["--ro-bind", name, name]
-        args += ["--ro-bind", str(_shared() / "etc"), "/etc"]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        if "--size" in _bwrap_help(bwrap):  # bubblewrap >= 0.8
-            args += ["--perms", "1777", "--size", str(self.limits.disk_mb << 20), "--tmpfs", "/dev/shm"]
-        args += ["--bind", str(self._root / "tmp"), INSIDE_TMP]
-        args += ["--bind", str(self._root / "home"), INSIDE_HOME]
-        args += ["--bind", str(self._root / "workspace"), self._inside_workspace]
-        args += ["--symlink", INSIDE_TMP, "/var/tmp"]
-        for path in _interpreter_dirs():
-            args += ["--ro-bind", self._reachable(path), path]
-        for i, (host, inside) in enumerate(self.binds_ro):
-            args += ["--ro-bind", self._reachable(host, self._root / "binds" / str(i)), inside]
-        args += ["--remount-ro", "/"]
-        return args
-
-    def _reachable(self, host: str, stage_at: Path | None = None) -> str:
-        """``host``, or where a read-only view of it is staged (``stage_at``, else a folder shared by this
-        process's sandboxes) when the uid bubblewrap runs as cannot search the folders above it."""
-        if not self._run_as or _searchable(host):
-            return host
-        if stage_at is None:
-            return _staged(host)
-        if not stage_at.exists():
-            stage_bind(host, stage_at)
-        return str(stage_at)
+        self._bwrap_args = bwrap_command(
+            bwrap,
+            root=self._root,
+            workspace=self._inside_workspace,
+            network=self.network,
+            disk_mb=self.limits.disk_mb,
+            binds_ro=self.binds_ro,
+            as_other_uid=bool(self._run_as),
+        )
+        return probe(tuple(self._bwrap_args), self._root)
 
     # -- collecting output and cleaning up ---------------------------------------------------
-
-    def _communicate(
-        self, proc: subprocess.Popen, timeout: float, data: bytes | None, run_id: str, cgroup: RunCgroup | None
-    ) -> tuple[CappedOutput, CappedOutput, bool]:
-        """Feed stdin and read both streams until they close, the deadline passes, or the command
-        exited and something it left behind still holds the pipes (then kill it)."""
-        out, err = CappedOutput(self.output_limit), CappedOutput(self.output_limit)
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.stderr, selectors.EVENT_READ, err)
-        pending = memoryview(data) if data else None
-        if proc.stdin is not None and pending is not None:
-            os.set_blocking(proc.stdin.fileno(), False)
-            sel.register(proc.stdin, selectors.EVENT_WRITE)
-        deadline = time.monotonic() + timeout
-        exited_at: float | None = None
-        killed_at: float | None = None
-        timed_out = False
-        try:
-            while sel.get_map():
-                now = time.monotonic()
-                if killed_at is None and (now >= deadline or (exited_at and now - exited_at > EXIT_GRACE)):
-                    timed_out = now >= deadline and exited_at is None
-                    self._kill_tree(proc, run_id, cgroup)
-                    killed_at = now
-                if killed_at is not None and now - killed_at > DRAIN_WAIT:
-                    break
-                for key, _events in sel.select(0.05):
-                    if key.fileobj is proc.stdin:
-                        pending = _write_some(proc.stdin, pending)
-                        if not pending:
-                            sel.unregister(proc.stdin)
-                            proc.stdin.close()
-                        continue
-                    chunk = os.read(key.fd, _CHUNK)
-                    if chunk:
-                        key.data.feed(chunk)
-                    else:
-                        sel.unregister(key.fileobj)
-                if exited_at is None and proc.poll() is not None:
-                    exited_at = time.monotonic()
-        finally:
-            sel.close()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-        return out, err, timed_out
-
-    def _launcher(
-        self, rlimits: list[tuple[int, int, int]], cgroup: RunCgroup | None
-    ) -> tuple[list[str], Callable[[], None] | None]:
-        """The command prefix that joins the cgroup and sets the rlimits, and a ``preexec_fn`` if needed.
-
-        Small exec'd helpers (sh, prlimit) instead of a Python ``preexec_fn`` let ``subprocess`` use
-        vfork, which saves a fork of this whole process per command.
-        """
-        prefix = []
-        if cgroup is not None:
-            prefix += ["/bin/sh", "-c", CGROUP_JOIN, "sh", *cgroup.procs_files(), "--"]
-        if self._prlimit is None:
-            return prefix, functools.partial(apply_rlimits, rlimits)
-        return [*prefix, self._prlimit, *prlimit_options(rlimits), "--"], None
 
     def _kill_tree(self, proc: subprocess.Popen, run_id: str, cgroup: RunCgroup | None) -> None:
         """SIGKILL the command's process group, its cgroup, and (without bwrap) anything carrying its marker."""
@@ -632,213 +446,4 @@ class LocalSandbox(Sandbox):
         if cgroup is not None:
             cgroup.kill_all()
         if self.isolation != "bwrap":
-            _kill_marked(run_id)
-
-
-@contextlib.contextmanager
-def _memory_file(data: bytes | None) -> Iterator[tuple[int, ...]]:
-    """``(fd,)`` of an anonymous in-memory file holding ``data``, closed after the block; ``()`` without data."""
-    if data is None:
-        yield ()
-        return
-    fd = os.memfd_create("claw-command", os.MFD_CLOEXEC)
-    try:
-        with open(fd, "wb", closefd=False) as fh:
-            fh.write(data)
-        os.lseek(fd, 0, os.SEEK_SET)
-        yield (fd,)
-    finally:
-        os.close(fd)
-
-
-def _write_some(stream: object, pending: memoryview | None) -> memoryview | None:
-    if not pending:
-        return None
-    try:
-        written = os.write(stream.fileno(), pending[:_CHUNK])
-    except BlockingIOError:
-        return pending
-    except (BrokenPipeError, OSError):
-        return None
-    return pending[written:]
-
-
-def _kill_marked(run_id: str) -> None:
-    """SIGKILL every process whose environment carries this run's marker (daemons that left the group)."""
-    needle = f"{RUN_MARKER}={run_id}".encode()
-    for _ in range(3):
-        found = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                    if needle not in fh.read().split(b"\0"):
-                        continue
-                os.kill(int(entry.name), signal.SIGKILL)
-                found = True
-            except OSError:
-                continue
-        if not found:
-            return
-
-
-def _checked_workspace(path: str) -> str:
-    """``path`` if it can hold the workspace inside: absolute, normalised, and clear of the system, /tmp and home."""
-    taken = (*SYSTEM_DIRS, "/etc", "/proc", "/dev", "/sys", INSIDE_TMP, "/var", "/home", "/root", *_interpreter_dirs())
-    if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
-        raise ValueError(f"workspace must be an absolute, normalised folder such as /testbed, got {path!r}")
-    if _within(path, taken) or any(_within(system, (path,)) for system in taken):
-        raise ValueError(f"workspace {path!r} would overlap {', '.join(taken)}")
-    return path
-
-
-def _interpreter_dirs() -> list[str]:
-    """The host folders the interpreter needs: its prefixes and site-packages. Never other ``sys.path`` entries
-    (the working directory, a checkout, an editable install's sources), nor a folder holding the home or
-    working directory, nor one that would hide the sandbox's own folders."""
-    paths = sysconfig.get_paths()
-    candidates = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
-    candidates.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    candidates.update(paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
-    candidates.update(p for p in [*site.getsitepackages(), site.getusersitepackages()] if p in sys.path)
-    kept_out = (os.path.expanduser("~"), os.getcwd(), INSIDE_TMP, INSIDE_HOME, INSIDE_WORKSPACE, "/var/tmp")
-    dirs: list[str] = []
-    for path in sorted({os.path.abspath(p) for p in candidates if os.path.isdir(p)}):
-        if _within(path, (*dirs, *SYSTEM_DIRS)):
-            continue  # already visible
-        if path == "/" or any(_within(private, (path,)) for private in kept_out):
-            _warn_once(f"LocalSandbox: {path} is not shown inside (it holds home, the working directory or /tmp).")
-            continue
-        dirs.append(path)
-    return dirs
-
-
-def _within(path: str, roots: Iterable[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
-
-
-def _searchable(path: str) -> bool:
-    """Whether any user may reach ``path``: every folder above it lets others search it."""
-    return all(os.stat(folder).st_mode & stat.S_IXOTH for folder in Path(os.path.realpath(path)).parents)
-
-
-_staging_lock = threading.Lock()
-_stages: dict[str, str] = {}
-
-
-def _staged(host: str) -> str:
-    """A read-only view of ``host`` in this process's shared sandbox folder (staged once)."""
-    with _staging_lock:
-        if host not in _stages:
-            mountpoint = _shared() / "binds" / str(len(_stages))
-            stage_bind(host, mountpoint)
-            _stages[host] = str(mountpoint)
-        return _stages[host]
-
-
-@functools.cache
-def _run_as_host_uid() -> tuple[str, ...]:
-    """The ``setpriv`` prefix that starts bubblewrap as ``HOST_UID`` when this process is root, else ``()``."""
-    if os.geteuid() != 0:
-        return ()
-    setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
-    if setpriv is None:
-        _warn_once(
-            "LocalSandbox: setpriv (util-linux) is missing, so bubblewrap runs as root and host files private "
-            "to root are readable where a sandbox shows them."
-        )
-        return ()
-    return (setpriv, f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups", "--")
-
-
-@functools.cache
-def _sweep_once() -> None:
-    """Remove the folders of sandboxes whose process died (once per process, before its first sandbox)."""
-    sweep_orphans()
-
-
-def _normalise_binds(binds: Iterable[str | tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for bind in binds:
-        host, inside = (bind, bind) if isinstance(bind, str | os.PathLike) else bind
-        host, inside = os.path.abspath(os.fspath(host)), os.fspath(inside)
-        if not os.path.exists(host):
-            raise ValueError(f"binds_ro: {host} does not exist")
-        if not posixpath.isabs(inside):
-            raise ValueError(f"binds_ro: the inside path must be absolute, got {inside!r}")
-        pairs.append((host, inside))
-    return tuple(pairs)
-
-
-@functools.cache
-def _shared() -> Path:
-    """This process's folder for all its sandboxes: staged binds, and ``etc``, a read-only ``/etc`` with copies
-    of the few host entries commands need (no secrets: not shadow, not ssl/private) plus our own passwd and group.
-
-    One bind mount for /etc instead of one per entry keeps each command's start-up cheap.
-    """
-    root, _capped = new_folder("shared-")
-    atexit.register(remove_folder, root)
-    etc = root / "etc"
-    etc.mkdir()
-    etc.chmod(0o755)
-    for name in ETC_ENTRIES:
-        src, dst = Path("/etc", name), etc / name
-        if not os.path.lexists(src):
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):  # an unreadable entry is left out, not fatal
-            if src.is_dir() and not src.is_symlink():
-                shutil.copytree(src, dst, symlinks=True)
-            else:
-                shutil.copy2(src, dst, follow_symlinks=False)
-    (etc / "passwd").write_text(
-        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
-        f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:claw sandbox:{INSIDE_HOME}:/bin/bash\n"
-        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-    )
-    (etc / "group").write_text(f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
-    return root
-
-
-@functools.cache
-def _cgroups_available() -> bool:
-    """Whether this process may create the per-command pids cgroup (checked once)."""
-    cgroup = RunCgroup.create(Limits())
-    if cgroup is None:
-        return False
-    cgroup.remove()
-    return True
-
-
-@functools.cache
-def _bwrap_help(bwrap: str) -> str:
-    try:
-        return subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-_probed: dict[tuple[str, ...], str | None] = {}
-
-
-def _probe(base: tuple[str, ...], root: Path) -> str | None:
-    """``None`` when bubblewrap can start ``true`` with this layout, else the reason it cannot.
-
-    Layouts differ only in this sandbox's own directories, so the answer is cached per layout shape.
-    """
-    shape = tuple(a.replace(str(root), "<root>") for a in base)
-    if shape not in _probed:
-        try:
-            done = subprocess.run([*base, "--", "true"], capture_output=True, text=True, timeout=30)
-            _probed[shape] = None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
-        except (OSError, subprocess.SubprocessError) as err:
-            _probed[shape] = str(err)
-    return _probed[shape]
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+            kill_marked(run_id)

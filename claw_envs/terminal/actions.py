@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from claw_envs.core import Message
-from claw_envs.toolcall.actions import TURN_ERRORS, ParseLimits, ToolCall, ToolCallError, invalid_char, parse_action
+from claw_envs.toolcall.actions import TURN_ERRORS, ParseLimits, ToolCall, ToolCallError, parse_action
+from claw_envs.toolcall.schema import invalid_char
 
 MAX_COMMAND_BYTES = 64 * 1024
 """Longest command line run, in UTF-8 bytes. Half the kernel's 128 KiB cap on one argument, so every backend can

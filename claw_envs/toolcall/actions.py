@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from claw_envs.core import MAX_TEXT_LENGTH
+from claw_envs.toolcall.schema import validate_arguments
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
@@ -70,16 +71,6 @@ class ParseLimits:
 
 
 DEFAULT_LIMITS = ParseLimits()
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-    "null": (type(None),),
-}
 
 
 @dataclass(frozen=True)
@@ -291,39 +282,6 @@ def parse_openai_message(
     return ParsedTurn(text=text, items=tuple(items), format="openai")
 
 
-def validate_arguments(schema: Mapping[str, Any], args: Any) -> list[str]:
-    """Problems with ``args`` against a JSON schema (object/properties/required/additionalProperties/type)."""
-    if not isinstance(args, dict):
-        return [f"arguments must be a JSON object, got {_json_type(args)}"]
-    problems = []
-    props: Mapping[str, Any] = schema.get("properties", {})
-    for name in schema.get("required", []):
-        if name not in args:
-            problems.append(f"missing required argument {name!r}")
-    for name, value in args.items():
-        if name not in props:
-            if schema.get("additionalProperties", True) is False:
-                problems.append(f"unexpected argument {name!r} (allowed: {', '.join(sorted(props)) or 'none'})")
-            continue
-        want = props[name].get("type")
-        if want is not None and not _has_type(value, want):
-            problems.append(f"argument {name!r} must be {want}, got {_json_type(value)}")
-        elif isinstance(value, str) and (bad := invalid_char(value)) is not None:
-            problems.append(f"argument {name!r} holds {bad}; write plain text")
-    return problems
-
-
-def invalid_char(text: str) -> str | None:
-    """A description of the first character of ``text`` that no program can be handed (a NUL, or a lone
-    UTF-16 surrogate such as a JSON ``\\ud800`` escape, which is not valid Unicode), else ``None``."""
-    m = _INVALID_CHAR.search(text)
-    if m is None:
-        return None
-    ch = m.group()
-    what = "a NUL character" if ch == "\0" else "a lone UTF-16 surrogate, which is not valid Unicode"
-    return f"{what} (U+{ord(ch):04X}) at character {m.start()}"
-
-
 def load_json(text: str, max_depth: int = MAX_JSON_DEPTH) -> tuple[Any, tuple[ErrorKind, str] | None]:
     """``json.loads(text)`` that never raises: ``(value, None)`` or ``(None, (kind, what is wrong))``.
 
@@ -366,27 +324,6 @@ def json_depth(text: str, stop_above: int | None = None) -> int:
     return deepest
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last complete top-level ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
-
-    Nested braces are matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``); escaped braces ``\\{``
-    ``\\}`` do not count; a box inside a box belongs to the outer one; an unclosed box is skipped.
-    """
-    found = None
-    pos = 0
-    closing: dict[int, int] | None = None
-    while (m := _BOXED.search(text, pos)) is not None:
-        if closing is None:
-            closing = _brace_pairs(text)  # once, only when there is a box: linear however many boxes there are
-        end = closing.get(m.end() - 1)
-        if end is None:
-            pos = m.end()
-            continue
-        found = text[m.end() : end].strip()
-        pos = end + 1
-    return found
-
-
 def strip_tool_calls(text: str) -> str:
     """``text`` without its ``<tool_call>`` blocks (for looking at what the model said around them)."""
     return parse_hermes(text, {}, limits=ParseLimits(max_chars=None)).text
@@ -395,9 +332,7 @@ def strip_tool_calls(text: str) -> str:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[{}\[\]]', re.S)
-_INVALID_CHAR = re.compile("[\0\ud800-\udfff]")
 
 
 class _Finder:
@@ -501,47 +436,6 @@ def _checked_call(
             arguments=args,
         )
     return ToolCall(id=call_id, name=name, arguments=dict(args), raw=raw)
-
-
-def _has_type(value: Any, want: str | list[str]) -> bool:
-    wants = [want] if isinstance(want, str) else list(want)
-    for w in wants:
-        types = _JSON_TYPES.get(w)
-        if types is None:
-            return True
-        if isinstance(value, bool) and w in ("integer", "number"):
-            continue
-        if isinstance(value, types):
-            return True
-    return False
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    for name in ("boolean", "integer", "number", "string", "array", "object"):
-        if isinstance(value, _JSON_TYPES[name]):
-            return name
-    return type(value).__name__
-
-
-def _brace_pairs(text: str) -> dict[int, int]:
-    """Position of each ``{`` → its matching ``}`` (escaped ``\\{``/``\\}`` skipped; unmatched ones left out).
-
-    One pass with a stack: the same pairing a forward scan from each brace would find, in linear time.
-    """
-    pairs: dict[int, int] = {}
-    stack: list[int] = []
-    for m in _BRACE_TOKEN.finditer(text):
-        tok = m.group()
-        if tok == "{":
-            stack.append(m.start())
-        elif tok == "}" and stack:
-            pairs[stack.pop()] = m.start()
-    return pairs
-
-
-_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)
 
 
 def _join_prose(parts: list[str]) -> str:

@@ -52,9 +52,9 @@ from claw_envs.toolcall.actions import (
     ParseLimits,
     ToolCall,
     ToolCallError,
-    last_boxed,
     parse_action,
 )
+from claw_envs.toolcall.boxed import last_boxed
 from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, MathVerifier, grade_answer
 from claw_envs.toolcall.tasks import builtin_tasks, load_dataset, make_arithmetic
 from claw_envs.toolcall.tools import TOOLS, ToolOutput, run_python

@@ -19,7 +19,8 @@ from typing import Any
 from claw_envs.evaluation import Evaluation, step_infos
 from claw_envs.pool import EpisodeResult
 from claw_envs.tasks import TaskSource, json_object
-from claw_envs.toolcall.actions import last_boxed, strip_tool_calls
+from claw_envs.toolcall.actions import strip_tool_calls
+from claw_envs.toolcall.boxed import last_boxed
 from claw_envs.toolcall.signals import grade_response
 
 ID_KEYS = ("id", "problem_id", "task_id")

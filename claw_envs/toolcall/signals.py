@@ -37,7 +37,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from claw_envs.toolcall.actions import last_boxed, strip_tool_calls
+from claw_envs.toolcall.actions import strip_tool_calls
+from claw_envs.toolcall.boxed import last_boxed
 
 Method = Literal["string", "math_verify", "timeout", "no_answer", "too_long"]
 

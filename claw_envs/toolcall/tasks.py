@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource, load_jsonl, load_rows
-from claw_envs.toolcall.actions import last_boxed
+from claw_envs.toolcall.boxed import last_boxed
 
 SEEDS = {"train": range(0, 1_000_000), "test": range(1_000_000, 1_010_000)}
 QUESTION_FIELDS = ("question", "problem", "prompt", "query")

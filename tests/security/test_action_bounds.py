@@ -23,10 +23,10 @@ from claw_envs.toolcall.actions import (
     MAX_ACTION_CHARS,
     MAX_JSON_DEPTH,
     ParseLimits,
-    last_boxed,
     parse_action,
     strip_tool_calls,
 )
+from claw_envs.toolcall.boxed import last_boxed
 from claw_envs.toolcall.env import tool_call_text as py
 from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, exact_value, grade_answer, grade_response
 from claw_envs.toolcall.tools import PYTHON

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from claw_envs.sandbox import LocalSandbox
-from claw_envs.sandbox import local as local_module
+from claw_envs.sandbox import LocalSandbox, layout
 from claw_envs.sandbox.folders import OWNER, sweep_orphans
 from claw_envs.terminal.signals import report
 
@@ -52,7 +51,7 @@ def mounts_under(path: Path) -> list[str]:
 
 def visible_under(folder: Path) -> set[str]:
     """What a sandbox may show in ``folder``: the first step towards each interpreter folder bound inside."""
-    dirs = [Path(d) for d in local_module._interpreter_dirs()]
+    dirs = [Path(d) for d in layout.interpreter_dirs()]
     return {d.relative_to(folder).parts[0] for d in dirs if d.is_relative_to(folder) and d != folder}
 
 
@@ -119,7 +118,7 @@ def test_private_files_in_a_shown_folder_stay_unreadable(tmp_path):
     home = make_private_home(tmp_path)
     with LocalSandbox(isolation="bwrap", binds_ro=[(str(home), "/home/alice")]) as box:
         assert box.run("cat /home/alice/public.txt && echo x > mine.txt").stdout == "public"
-        assert (box._root / "workspace" / "mine.txt").stat().st_uid == local_module.HOST_UID  # not host root
+        assert (box._root / "workspace" / "mine.txt").stat().st_uid == layout.HOST_UID  # not host root
         for command in ("cat /home/alice/secret.txt", "cat /home/alice/.ssh/id_ed25519", "ls /home/alice/.ssh"):
             res = box.run(command)
             assert res.returncode != 0 and "Permission denied" in res.stderr, (command, res)
