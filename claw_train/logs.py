@@ -18,11 +18,40 @@ import os
 import queue
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import IO, Any
 
 _STOP = object()
+_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # str.splitlines breaks on these
+
+
+def json_line(record: Any) -> str:
+    """``record`` as one JSON line (with its ``\\n``), readable text kept but escaped wherever a reader could split it:
+    ``json.dumps`` leaves U+0085, U+2028 and U+2029 raw, and ``str.splitlines`` breaks a line on them."""
+    text = json.dumps(_jsonable(record), ensure_ascii=False)
+    if any(ch in text for ch in _LINE_BREAKS):
+        text = text.translate(str.maketrans(_LINE_BREAKS))
+    return text + "\n"
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (none when it is missing). A line that does not parse, which is what a
+    process killed mid-write leaves, is skipped with a warning naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                warnings.warn(f"{path}:{lineno}: skipped a line that is not JSON (a write cut off?)", stacklevel=2)
+    return records
 
 
 def _jsonable(obj: Any) -> Any:
@@ -91,7 +120,7 @@ class VersionedLog:
             version, record = item
             try:
                 fh = self._file(version)
-                fh.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
+                fh.write(json_line(record))
                 self.written += 1
                 if self._queue.empty():  # caught up: hand the records to the OS (a killed process keeps them)
                     for open_file in self._files.values():
@@ -110,17 +139,14 @@ class VersionedLog:
             _, old = self._files.popitem(last=False)
             old.close()
         fh = self.path(version).open("a", encoding="utf-8")
+        _end_torn_line(fh)
         self._files[version] = fh
         return fh
 
 
 def read_logs(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every record under ``root`` (all versions, file order)."""
-    out = []
-    for path in sorted(Path(root).glob("v*.jsonl")):
-        with path.open(encoding="utf-8") as fh:
-            out.extend(json.loads(line) for line in fh if line.strip())
-    return out
+    return [record for path in sorted(Path(root).glob("v*.jsonl")) for record in read_jsonl(path)]
 
 
 class Ledger:
@@ -133,7 +159,8 @@ class Ledger:
 
     def _append(self, record: dict[str, Any]) -> None:
         with self._lock, self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(_jsonable(record)) + "\n")
+            _end_torn_line(fh)
+            fh.write(json_line(record))
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -147,10 +174,7 @@ class Ledger:
 
     def records(self) -> list[dict[str, Any]]:
         """Every line of the ledger as written (no replay; see :meth:`effective`)."""
-        if not self.path.exists():
-            return []
-        with self.path.open(encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        return read_jsonl(self.path)
 
     def attempts(self) -> int:
         """How many times the run has been resumed so far."""
@@ -165,3 +189,14 @@ class Ledger:
             elif r["kind"] == "update":
                 kept.append(r)
         return kept
+
+
+def _end_torn_line(fh: IO[str]) -> None:
+    """Before appending to a file a killed writer left without its final newline, end that torn line, so the
+    next record starts a line of its own (readers skip the torn one)."""
+    if fh.tell() == 0:
+        return
+    with open(fh.name, "rb") as raw:
+        raw.seek(-1, os.SEEK_END)
+        if raw.read(1) != b"\n":
+            fh.write("\n")

@@ -75,7 +75,7 @@ def builtin_instances(split: str = "train") -> TaskList:
     if split not in SPLITS:
         raise ValueError(f"the built-in SWE instances have splits 'train' and 'test', not {split!r}")
     text = (files("claw_envs.swe") / "data" / "instances" / f"{split}.jsonl").read_text(encoding="utf-8")
-    rows = [json_object(line, f"built-in {split}:{i}") for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    rows = [json_object(line, f"built-in {split}:{i}") for i, line in enumerate(text.split("\n"), 1) if line.strip()]
     return _tasks(rows, split, f"built-in {split} instances")
 
 
@@ -107,7 +107,7 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"{path}: expected a JSON list of instance objects")
         return rows
-    return [json_object(line, f"{path}:{i}") for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    return [json_object(line, f"{path}:{i}") for i, line in enumerate(text.split("\n"), 1) if line.strip()]
 
 
 def _tasks(rows: list[dict[str, Any]], split: str, where: str) -> TaskList:

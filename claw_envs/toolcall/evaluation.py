@@ -51,7 +51,7 @@ class AnswerEvaluation(Evaluation):
     def grade_responses(self, path: Path, tasks: TaskSource) -> list[dict[str, Any]]:
         by_id = {t.id: t for t in tasks}
         try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
+            lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 is text
         except OSError as err:
             raise ValueError(f"cannot read responses file {path}: {err.strerror or err}") from None
         records = []

@@ -23,6 +23,7 @@ from claw_envs.pool import EnvPool, EpisodeResult
 from claw_envs.spec import resolve
 from claw_envs.tasks import Task, TaskSource
 from claw_train.evaluation.metrics import summarize
+from claw_train.logs import json_line
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
 
 TURN_SEED_STRIDE = 1_000_003
@@ -130,7 +131,7 @@ def write_report(report: EvalReport, out_dir: Path) -> list[Path]:
     lines = out_dir / "episodes.jsonl"
     with lines.open("w", encoding="utf-8") as fh:
         for record in report.records:
-            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            fh.write(json_line(record))
     summary = out_dir / "summary.json"
     summary.write_text(json.dumps(report.summary, indent=2, default=str) + "\n", encoding="utf-8")
     return [lines, summary]

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from claw_train.logs import Ledger
+from claw_train.logs import Ledger, json_line, read_jsonl
 
 IDENTITY = ("env", "method", "model", "lora")
 
@@ -60,7 +60,7 @@ class RunDir:
     def add_eval(self, row: Mapping[str, Any]) -> None:
         """Append ``row`` to ``evals.jsonl``."""
         with self.evals_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, default=str) + "\n")
+            fh.write(json_line(row))
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """Write ``summary.json``."""
@@ -69,7 +69,7 @@ class RunDir:
 
 def last_checkpoint(root: Path) -> Path | None:
     """The newest complete checkpoint under ``root`` (one a kill interrupted mid-save has no trainer state)."""
-    done = [p for p in root.glob("checkpoint-*") if (p / "trainer_state.json").is_file() and p.name[11:].isdigit()]
+    done = [p for p in root.glob("checkpoint-*") if p.name[11:].isdigit() and read_json(p / "trainer_state.json")]
     return max(done, key=checkpoint_step, default=None)
 
 
@@ -84,10 +84,3 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file, blank lines skipped (none when the file is missing)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
