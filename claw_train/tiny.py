@@ -20,6 +20,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -115,14 +116,14 @@ def bootstrap(
     progress: bool = True,
     settings: BootstrapSettings = BootstrapSettings(),
     spec: TinySpec = TinySpec(),
-    threads: int | None = 1,
+    threads: int | None = None,
 ) -> Path:
     """The tiny model after a short supervised bootstrap on ``family``'s demonstrations; returns its directory.
 
     ``family`` is a family name (``conversation``) or an env id (``claw/Conversation-v0``); ``steps``
     overrides ``settings.steps`` (tests use a few). Cached like :func:`build_tiny`. ``threads`` is the
-    torch thread count while training (1: on a small shared CPU, oversubscribed cores are several times
-    slower; ``None`` keeps torch's default); it is not part of the cache key.
+    torch thread count while training (``None``: the cores the last minute's load left idle, 1 to 4; on a
+    busy CPU extra threads wait on each other and run slower than one); it is not part of the cache key.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if steps is not None:
@@ -142,6 +143,13 @@ def bootstrap(
         name,
         lambda out: _train(base, out, examples, settings, env_id, progress=progress, threads=threads),
     )
+
+
+def idle_cores(limit: int = 4) -> int:
+    """This process's cores less those the last minute's load average kept fully busy: at least 1, at most
+    ``limit`` (a model this small gains little past a few threads)."""
+    cores = len(os.sched_getaffinity(0))
+    return max(1, min(limit, cores - math.floor(os.getloadavg()[0])))
 
 
 def demonstrations(env_id: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -271,8 +279,7 @@ def _train(
     import torch
 
     previous = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)  # per calling thread in torch; restored below
+    torch.set_num_threads(threads or idle_cores())  # per calling thread in torch; restored below
     try:
         _sft(base, out, examples, s, env_id, progress=progress)
     finally:
@@ -327,6 +334,7 @@ def _sft(
         "settings": asdict(s),
         "examples": len(rows),
         "seconds": round(time.monotonic() - started, 1),
+        "threads": torch.get_num_threads(),
         "final_loss": round(sum(losses[-20:]) / max(1, len(losses[-20:])), 4),
     }
     (out / "bootstrap.json").write_text(json.dumps(report, indent=2))

