@@ -1,5 +1,5 @@
 """A practitioner's paths (issue #19): progress in a pipe, a broken env stopping the run with its error, hub ids
-that cannot be fetched, and the README's quickstarts for your own data and a saved model folder."""
+that cannot be fetched, and the README's quickstarts for your own data, a saved model folder and a GPU box."""
 
 from __future__ import annotations
 
@@ -139,3 +139,53 @@ def test_terminal_trains_on_a_task_file_of_your_own(tmp_path):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "missing the required field 'check'" in proc.stdout + proc.stderr
+
+
+def test_readme_gpu_quickstart_runs_as_written_against_local_servers(tmp_path):
+    """The README's "On GPUs" command as written, with the hub model replaced by a saved model folder and the
+    servers by local ones on loopback: an SGLang-protocol stand-in backed by the real tiny model (SGLang itself
+    needs CUDA; see test_policy_sglang) and a scripted OpenAI-style judge. Weights go to --publish-dir and the
+    policy server is told to load each version from there."""
+    import threading
+    import time
+
+    import uvicorn
+    from test_judges_backends import ScriptedOpenAIServer
+    from test_policy_sglang import StandIn, _free_port
+
+    from claw_train.tiny import bootstrap
+
+    block = _readme_block("## On GPUs")
+    line = " ".join(part.split("#")[0].strip().rstrip("\\") for part in block.splitlines())
+    command = line[line.index("claw-train") :].split()
+    model = tmp_path / "Qwen3-4B"  # "a hub model": here the folder save_pretrained (or a hub download) leaves
+    shutil.copytree(bootstrap("conversation", steps=2, progress=False), model)
+    standin = StandIn(model)
+    server = uvicorn.Server(uvicorn.Config(standin.app, host="127.0.0.1", port=_free_port(), log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    publish = tmp_path / "shared" / "claw-weights"
+    swaps = {
+        "Qwen/Qwen3-4B": str(model),
+        "sglang://127.0.0.1:30000": f"sglang://127.0.0.1:{server.config.port}",
+        "/shared/claw-weights": str(publish),
+        "200": "1",
+    }
+    try:
+        with ScriptedOpenAIServer() as judge:
+            swaps["openai://127.0.0.1:30001"] = "openai://" + judge.url.removeprefix("http://")
+            argv = [str(BIN / "claw-train"), *(swaps.get(a, a) for a in command[1:])]
+            assert "--publish-dir" in argv and "--lora" in argv and str(model) in argv, argv
+            argv += ["--samples-per-step", "4", "--max-new-tokens", "24", "--report-to", "none", "--eval-every", "0"]
+            argv += ["--output-dir", str(tmp_path / "run")]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=580, cwd=tmp_path)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            assert judge.requests  # the judge scored the turns
+    finally:
+        server.should_exit = True
+        standin.policy.close()
+    loads = [body for route, body in standin.calls if route == "/update_weights_from_disk"]
+    assert loads and all(Path(b["model_path"]).parent == publish for b in loads), loads
+    assert (publish / "v1").is_dir() and standin.version == "1"
