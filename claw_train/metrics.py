@@ -17,7 +17,7 @@ class Stats:
         self.counts: Counter[str] = Counter()
         self.masked: Counter[str] = Counter()
         self.scores: deque[float] = deque(maxlen=256)
-        self.score_total = [0.0, 0]  # sum and count of every judge score, for the summary's mean
+        self.score_total = [0.0, 0, 0]  # sum, count and positives of every judge score, for the summary
         self.outcomes = [0.0, 0, 0]  # sum, count and successes (outcome >= 1) of finished training episodes
         self.trained_total = 0
         self.train_started: float | None = None
@@ -44,6 +44,7 @@ class Stats:
             self.scores.append(value)
             self.score_total[0] += value
             self.score_total[1] += 1
+            self.score_total[2] += value > 0
 
     def outcome(self, value: float) -> None:
         """A training episode ended with this outcome."""
@@ -55,7 +56,7 @@ class Stats:
     def totals(self) -> dict[str, Any]:
         """Whole-run figures for the summary: counts, masking by reason, mean judge score, episode outcomes."""
         with self._lock:
-            (score_sum, scored), (outcome_sum, ended, successes) = self.score_total, self.outcomes
+            (score_sum, scored, positive), (outcome_sum, ended, successes) = self.score_total, self.outcomes
             return {
                 "episodes": self.counts["episodes"],
                 "turns": self.counts["turns"],
@@ -64,6 +65,7 @@ class Stats:
                 "samples_trained": self.trained_total,
                 "masked": dict(self.masked),
                 "mean_judge_score": score_sum / scored if scored else None,
+                "judge_positive_rate": positive / scored if scored else None,
                 "episodes_with_outcome": ended,
                 "mean_outcome": outcome_sum / ended if ended else None,
                 "success_rate": successes / ended if ended else None,

@@ -17,7 +17,8 @@ def learning_curve(
     *,
     title: str = "",
 ) -> Path:
-    """Score vs update: held-out evaluation (with its valid-reply rate) and the mean judge score of each batch."""
+    """Score vs update: held-out evaluation (with its valid-reply and correct-answer rates where the family reports
+    them) and the mean judge score of each batch."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,6 +33,8 @@ def learning_curve(
         )  # fmt: skip
         if all("valid_rate" in e for e in evals):
             ax.plot(xs, [e["valid_rate"] for e in evals], "--", marker=".", alpha=0.7, label="valid-reply rate")
+        if all("correct_rate" in e for e in evals):
+            ax.plot(xs, [e["correct_rate"] for e in evals], ":", marker="x", alpha=0.8, label="answer correct")
     points = [(u, s) for u, s in train if s is not None]
     if points:
         ax.plot(*zip(*points, strict=True), alpha=0.5, label="batch mean judge score")
@@ -69,7 +72,9 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     masked = summary.get("masked", {})
     table.add_row("turns masked", ", ".join(f"{k} {v}" for k, v in sorted(masked.items())) or "0")
     if summary.get("mean_judge_score") is not None:
-        table.add_row("mean judge score", f"{summary['mean_judge_score']:+.3f}")
+        positive = summary.get("judge_positive_rate")
+        share = f"  ({positive:.0%} scored +1)" if positive is not None else ""
+        table.add_row("mean judge score", f"{summary['mean_judge_score']:+.3f}{share}")
     if summary.get("mean_outcome") is not None:
         table.add_row(
             "training episodes",
@@ -87,7 +92,8 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
         table.add_row(
             f"eval @ update {e['update']}",
             f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  (success {e.get('success_rate', 0):.0%}"
-            + (f", valid {e['valid_rate']:.0%})" if "valid_rate" in e else ")"),
+            + (f", valid {e['valid_rate']:.0%}" if "valid_rate" in e else "")
+            + (f", correct {e['correct_rate']:.0%})" if "correct_rate" in e else ")"),
         )
     paths = summary.get("paths", {})
     if summary.get("checkpoint"):

@@ -128,6 +128,9 @@ def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
     masked = Counter(r["reason"] for r in turns if r["decision"] == "masked")
     assert summary["masked"] == dict(masked)
     assert summary["samples"] == sum(r["decision"] == "accepted" for r in turns)
+    scores = [r["judgement"]["score"] for r in turns if (r.get("judgement") or {}).get("score") is not None]
+    assert scores and summary["mean_judge_score"] == pytest.approx(sum(scores) / len(scores))
+    assert summary["judge_positive_rate"] == pytest.approx(sum(s > 0 for s in scores) / len(scores))
     assert summary["episodes_with_outcome"] >= 1 and summary["mean_outcome"] is not None
     assert summary["paths"]["tensorboard"] == str(out / "tensorboard")
 
