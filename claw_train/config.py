@@ -169,6 +169,9 @@ class ServingConfig:
     """The model name /v1/models lists; empty: --model."""
     session_timeout: float = 1800.0
     """Seconds of silence that close a session's last turn (not trained)."""
+    max_sessions: int = 1000
+    """Live sessions kept at once; a new one closes the longest-silent idle session first (a 429 when every one
+    is mid-request)."""
     request_timeout: float = 120.0
     """Seconds before a request the policy has not answered is a 503."""
     train: bool = True

@@ -365,6 +365,38 @@ def test_stub_policy_503s_tool_calls_idle_sessions_and_no_train(model_path, tmp_
     assert srv.result.status == "interrupted" and srv.result.updates == 0
 
 
+def test_sessions_past_max_sessions_close_the_longest_silent_and_busy_ones_are_a_429(model_path, tmp_path):
+    from transformers import AutoTokenizer
+
+    policy = StubPolicy(AutoTokenizer.from_pretrained(model_path))
+    cfg = build(
+        ServeArgs, command="serve", env="conversation", model="tiny", port=0, output_dir=tmp_path / "run",
+        train=False, request_timeout=2.0, max_sessions=2,
+    )  # fmt: skip
+    srv = Server(cfg, model_path=model_path, policy=policy)
+    try:
+        for session in ("a", "b", "c"):  # "c" arrives with two open: "a", the longest silent, is closed
+            converse(srv.client(session), [])
+        assert srv.metrics()["sessions"] == 2 and srv.metrics()["counts"]["sessions_evicted"] == 1
+        (closed,) = wait_for(lambda: turns_of(srv, "a"), what="a's last turn closed")
+        assert closed["next_state"] is None and not turns_of(srv, "b")  # b and c are still open
+        policy.mode = "hang"  # both open sessions mid-request: a new one cannot make room
+        busy = [threading.Thread(target=srv.post, args=({"messages": [{"role": "user", "content": "hi"}]},),
+                                 kwargs={"headers": {"X-Session-Id": sid}}) for sid in ("b", "c")]  # fmt: skip
+        for thread in busy:
+            thread.start()
+        wait_for(lambda: srv.metrics()["counts"].get("requests", 0) >= 5, what="b and c mid-request")
+        r = srv.post({"messages": [{"role": "user", "content": "hi"}]}, headers={"X-Session-Id": "d"})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+        assert "mid-request (max_sessions 2)" in r.json()["error"]["message"]
+        for thread in busy:
+            thread.join(30)
+        policy.mode = "ok"
+        assert srv.post({"messages": [{"role": "user", "content": "hi"}]}, headers={"X-Session-Id": "d"}).is_success
+    finally:
+        srv.stop()
+
+
 def test_help_explains_headers():
     out = subprocess.run([CLAW_SERVE, "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

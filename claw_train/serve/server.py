@@ -4,7 +4,7 @@ uvicorn/socket lifecycle (:func:`serve`).
 Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events streamed token by token), ``GET /v1/models``,
 ``GET /healthz``, ``GET /metrics``; ``GET /openapi.json`` describes them. Errors are OpenAI-style
 ``{"error": {...}}`` JSON: 400 for bad input, 401 without the API key, 413 for a body over ``--max-body-bytes``,
-503 when the policy fails or does not answer within ``--request-timeout`` seconds, or while the server is shutting
+429 when a new session finds ``--max-sessions`` sessions all mid-request, 503 when the policy fails or does not answer within ``--request-timeout`` seconds, or while the server is shutting
 down. Every response carries ``X-Policy-Version`` (also in ``system_fingerprint`` as ``claw-v<N>``) and
 ``X-Session-Id``; a request naming another model is answered by this one with an ``X-Claw-Warning`` header.
 
@@ -104,7 +104,7 @@ _ERRORS = {
 def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: int = DEFAULT_MAX_BODY) -> Any:
     """The FastAPI app serving ``sessions`` under the model name ``model``; ``key``: the Bearer key every route but
     ``/healthz`` requires (empty: none); ``max_body``: the largest request body in bytes."""
-    app = FastAPI(title="claw-serve", docs_url=None, redoc_url=None, version="1")
+    app = FastAPI(title="claw-serve", docs_url=None, redoc_url=None, openapi_url=None, version="1")
     stats = sessions.p.stats
     secret = key.encode()
 
@@ -227,6 +227,12 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
         return app.openapi_schema
 
     app.openapi = schema  # type: ignore[method-assign]
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi_json(request: Request) -> JSONResponse:
+        authorize(request)  # the description of the API is behind the same key as the API
+        return JSONResponse(schema())
+
     return app
 
 
@@ -371,6 +377,8 @@ async def serve(
     check_bind(args.serving.host, key)
     if args.serving.max_body_bytes < 1:
         raise RunError(f"--max-body-bytes must be at least 1, got {args.serving.max_body_bytes}")
+    if args.serving.max_sessions < 1:
+        raise RunError(f"--max-sessions must be at least 1, got {args.serving.max_sessions}")
     sock = listen(args.serving.host, args.serving.port)
     pipeline, sessions = serve_pipeline(args, **pipeline_kwargs)
     run = asyncio.create_task(pipeline.run())

@@ -9,7 +9,8 @@ request is the next state of the previous turn.
   state (read by the served family's live adapter, ``FamilySpec.live``) and the transcript continues with the
   generated tokens as they were. Any other history (edited, regenerated, a client that dropped a reply) closes the
   previous turn without a next state (logged, not trained) and starts a new transcript. So does
-  ``session_timeout`` seconds of silence.
+  ``session_timeout`` seconds of silence, and a new session arriving when ``max_sessions`` are open (the
+  longest-silent one not mid-request is closed).
 * **Side turns** (``X-Turn-Type: side``): served from the request's messages, logged, never trained.
 * **Sampling.** Trained main turns sample at the trainer's temperature (the request's ``temperature`` and ``top_p``
   are used only for side/one-off turns and with ``--no-train``); ``max_tokens`` above ``--max-new-tokens`` is
@@ -101,6 +102,7 @@ class LiveSessions:
             return await self._one_off(req, session_id, kind, on_text)
         session = self.sessions.get(session_id)
         if session is None:
+            self._make_room()
             session = self.sessions[session_id] = Session(session_id)
         async with session.lock:  # main turns of one session, one at a time
             session.last_seen = time.monotonic()
@@ -259,6 +261,23 @@ class LiveSessions:
             session.agent.abandon("ok")
         self._flush(session)
         session.agent = None
+
+    def _make_room(self) -> None:
+        """Below ``max_sessions``, or close the longest-silent session not mid-request; a 429 when all are busy."""
+        if len(self.sessions) < self.cfg.max_sessions:
+            return
+        idle = [s for s in self.sessions.values() if not s.lock.locked()]
+        if not idle:
+            raise ApiError(
+                429,
+                f"{len(self.sessions)} sessions are mid-request (max_sessions {self.cfg.max_sessions}); retry shortly",
+                kind="rate_limit_error",
+                headers={"Retry-After": "1"},
+            )
+        oldest = min(idle, key=lambda s: s.last_seen)
+        self._end(oldest)
+        del self.sessions[oldest.id]
+        self.p.stats.add("sessions_evicted")
 
     async def _close_idle(self) -> None:
         timeout = self.cfg.session_timeout

@@ -101,7 +101,7 @@ def test_without_the_key_nothing_is_served_logged_or_trained(server):
     for auth in ("", f"Basic {KEY}", f"Bearer{KEY}", "Bearer é".encode("latin-1"), f"bearer  {KEY}x", KEY):
         r = server.post(msgs, headers={"Authorization": auth, "X-Session-Id": "anon"}, key=None)
         assert openai_error(r, 401)["code"] == "invalid_api_key" and r.headers["www-authenticate"] == "Bearer"
-    for path in ("/v1/models", "/metrics"):
+    for path in ("/v1/models", "/metrics", "/openapi.json"):
         assert openai_error(httpx.get(server.root + path), 401)["code"] == "invalid_api_key"
     assert httpx.get(f"{server.root}/healthz").json()["status"] == "ok"  # a probe needs no key
     after = server.metrics()
@@ -545,7 +545,7 @@ def no_5xx(ctx: Any, response: Any, case: Any) -> bool | None:
 def fuzz_server(model_path, tmp_path_factory):
     """Not training (the fuzz is about the HTTP surface; a trainer would only slow it), the real tiny model."""
     srv = make_server(model_path, tmp_path_factory.mktemp("fuzz") / "run", train=False, max_new_tokens=2)
-    assert httpx.get(f"{srv.root}/openapi.json").json() == served_openapi()
+    assert httpx.get(f"{srv.root}/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json() == served_openapi()
     yield srv
     counts = srv.metrics()["counts"]
     print(f"\nfuzzed: {counts.get('requests', 0)} requests served, {counts.get('errors_4xx', 0)} refused (4xx)")
