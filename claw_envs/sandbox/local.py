@@ -406,25 +406,18 @@ class LocalSandbox(Sandbox):
         As root, bubblewrap runs as ``HOST_UID``; where that uid may not make namespaces, it runs as root
         (the sandbox user is then host root on the file system, without capabilities), with a warning.
         """
-        self._run_as = list(run_as_host_uid())
-        self._own_areas()
-        self._bwrap_args = bwrap_command(
-            bwrap,
-            root=self._root,
-            workspace=self._inside_workspace,
-            network=self.network,
-            disk_mb=self.limits.disk_mb,
-            binds_ro=self.binds_ro,
-            as_other_uid=bool(self._run_as),
-        )
-        reason = probe(tuple(self._run_as + self._bwrap_args), self._root)
+        reason = self._layout(bwrap, list(run_as_host_uid()))
         if reason is None or not self._run_as:
             return reason
         warn_once(
             f"LocalSandbox: bubblewrap cannot run as uid {HOST_UID} here ({reason}); it runs as root, so host files "
             "private to root are readable where a sandbox shows them."
         )
-        self._run_as = []
+        return self._layout(bwrap, [])
+
+    def _layout(self, bwrap: str, run_as: list[str]) -> str | None:
+        """Lay out the sandbox for bubblewrap started with the prefix ``run_as``; the probe's answer."""
+        self._run_as = run_as
         self._own_areas()
         self._bwrap_args = bwrap_command(
             bwrap,
@@ -433,9 +426,9 @@ class LocalSandbox(Sandbox):
             network=self.network,
             disk_mb=self.limits.disk_mb,
             binds_ro=self.binds_ro,
-            as_other_uid=bool(self._run_as),
+            as_other_uid=bool(run_as),
         )
-        return probe(tuple(self._bwrap_args), self._root)
+        return probe(tuple(run_as + self._bwrap_args), self._root)
 
     # -- collecting output and cleaning up ---------------------------------------------------
 
