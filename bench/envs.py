@@ -167,7 +167,7 @@ def terminal_shell_step(repeats: int) -> Row:
 
 
 def _swe_resets(repeats: int, mirror: str, commit: str) -> tuple[list[float], list[float]]:
-    """A workspace reset as SWE-v0 does it (new sandbox, shared clone of the cached mirror, checkout) vs a new
+    """A workspace reset as SWE-v0 does it (new sandbox, a repository borrowing the mirror's objects, checkout) vs a new
     sandbox with a fresh full clone and checkout of the same mirror."""
     from claw_envs.swe.workspace import Prepared, checkout_command, fresh_clone_command
 
@@ -214,7 +214,8 @@ def swe_reset(repeats: int) -> list[Row]:
         rows.append(Row("SWE reset (built-in ledger repo) vs fresh clone+checkout", ours, bare))
         name, files = _source_repo(Path(tmp) / "big")
         subprocess.run(["git", "clone", "-q", "--bare", str(Path(tmp) / "big"), str(Path(tmp) / "big.git")], check=True)
-        ours, bare = _swe_resets(n, str(Path(tmp) / "big.git"), "HEAD")
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(tmp) / "big", capture_output=True, text=True)
+        ours, bare = _swe_resets(n, str(Path(tmp) / "big.git"), head.stdout.strip())
         rows.append(Row(f"SWE reset ({name} source, {files} files) vs fresh clone+checkout", ours, bare))
     return rows
 

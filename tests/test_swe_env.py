@@ -336,3 +336,33 @@ def _rows(tmp_path: Path, *rows: dict) -> Path:
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def test_the_workspace_holds_base_commit_on_main_and_no_ref_to_later_work(tmp_path):
+    """A mirror with the fix committed after base, a release tag and a fix branch: the reset /testbed shows only
+    ``main`` at base (no remote, tag or other branch names the later commits), and it can be committed to."""
+    from claw_envs.sandbox import make_sandbox
+    from claw_envs.swe.workspace import checkout_command
+
+    src = tmp_path / "src"
+    who = ["-c", "user.name=m", "-c", "user.email=m@m"]
+    subprocess.run(["git", "init", "-q", "-b", "trunk", str(src)], check=True)
+    (src / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    subprocess.run(["git", "add", "-A"], cwd=src, check=True)
+    subprocess.run(["git", *who, "commit", "-qm", "base"], cwd=src, check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
+    (src / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    subprocess.run(["git", *who, "commit", "-qam", "the fix"], cwd=src, check=True)
+    subprocess.run(["git", "tag", "v1.0"], cwd=src, check=True)
+    subprocess.run(["git", "branch", "fix-add"], cwd=src, check=True)
+    mirror = tmp_path / "mirror.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(mirror)], check=True)
+    prepared = Prepared(mirror=mirror)
+    with make_sandbox("local", **prepared.sandbox_options("local", {})) as box:
+        env = prepared.command_env("local")
+        assert box.run(checkout_command(base), timeout=120, env=env).ok
+        refs = box.run("cd /testbed && git for-each-ref --format='%(refname)' && git log --all --format=%s", env=env)
+        assert refs.stdout.split("\n") == ["refs/heads/main", "base", ""], refs
+        assert box.run("cat /testbed/calc.py", env=env).stdout.endswith("a - b\n")
+        done = box.run("cd /testbed && echo '# note' >> calc.py && git commit -qam edit && git status --short", env=env)
+        assert done.ok and done.stdout == "", done

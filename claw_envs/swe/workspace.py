@@ -7,10 +7,10 @@ What is cached (under the SWE cache, see :func:`~claw_envs.swe.repos.cache_root`
 * a **virtualenv** per (repo, ``environment_setup_commit``, ``install``) for rows with an ``install`` field,
   built once on the host and bound read-only at its own path (see :mod:`claw_envs.swe.tasks`).
 
-Reset is one command in a new sandbox: ``git clone --shared`` of the mirror (no object is copied: the clone
-borrows the mirror's objects) and a checkout of ``base_commit`` (measured against a fresh full clone in
+Reset is one command in a new sandbox: a new repository that borrows the mirror's objects (no object is copied,
+as with ``git clone --shared``) and a checkout of ``base_commit`` (measured against a fresh full clone in
 ``bench/envs.py``). A ``git worktree`` would need a writable mirror, and a hard-link copy cannot reach into the
-sandbox's own size-capped tmpfs; a ``cp -a`` of a checked-out snapshot measured the same as the shared clone.
+sandbox's own size-capped tmpfs; a ``cp -a`` of a checked-out snapshot measured the same as a shared clone.
 With the docker backend the instance's image already holds ``/testbed`` at ``base_commit`` (swebench's image
 name, or the row's ``image``), so nothing is cloned.
 """
@@ -48,13 +48,14 @@ def swebench_image(instance_id: str) -> str:
 
 
 def checkout_command(base_commit: str) -> str:
-    """Shell: the mirror's objects borrowed, ``base_commit`` checked out at /testbed, no remote or other branch."""
+    """Shell: a new repository at /testbed that borrows the mirror's objects (``objects/info/alternates``, as
+    ``clone --shared`` sets up) with one branch, ``main``, at ``base_commit``, checked out: no remote, no tag, no
+    other branch (not one ref per ref of the mirror to copy and then delete, which a real project's hundreds of
+    tags would make slow)."""
     base = shlex.quote(base_commit)
     return (
-        f"{GIT_SETUP} && git clone -q --shared --no-checkout {MIRROR_INSIDE} {TESTBED} && cd {TESTBED} && "
-        f"git checkout -q --detach {base} && git remote remove origin && "
-        "git for-each-ref --format='%(refname)' refs/heads refs/tags | xargs -r -n1 git update-ref -d && "
-        f"git checkout -q -b main {base}"
+        f"{GIT_SETUP} && git init -q -b main {TESTBED} && cd {TESTBED} && "
+        f"echo {MIRROR_INSIDE}/objects > .git/objects/info/alternates && git checkout -q -b main {base}"
     )
 
 
