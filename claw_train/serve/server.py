@@ -4,9 +4,10 @@ uvicorn/socket lifecycle (:func:`serve`).
 Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events streamed token by token), ``GET /v1/models``,
 ``GET /healthz``, ``GET /metrics``; ``GET /openapi.json`` describes them. Errors are OpenAI-style
 ``{"error": {...}}`` JSON: 400 for bad input, 401 without the API key, 413 for a body over ``--max-body-bytes``,
-429 when a new session finds ``--max-sessions`` sessions all mid-request, 503 when the policy fails or does not answer within ``--request-timeout`` seconds, or while the server is shutting
-down. Every response carries ``X-Policy-Version`` (also in ``system_fingerprint`` as ``claw-v<N>``) and
-``X-Session-Id``; a request naming another model is answered by this one with an ``X-Claw-Warning`` header.
+429 when a new session finds ``--max-sessions`` sessions all mid-request, 503 when the policy fails or does not
+answer within ``--request-timeout`` seconds, or while the server is shutting down. Every response carries
+``X-Policy-Version`` (also in ``system_fingerprint`` as ``claw-v<N>``) and ``X-Session-Id``; a request naming
+another model is answered by this one with an ``X-Claw-Warning`` header.
 
 Security: with an API key (``--api-key`` or ``$CLAW_API_KEY``) every route but ``/healthz`` needs
 ``Authorization: Bearer <key>`` (compared in constant time); without one the server only listens on a loopback
