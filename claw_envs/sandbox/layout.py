@@ -93,7 +93,7 @@ def _within(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
-def searchable(path: str) -> bool:
+def _searchable(path: str) -> bool:
     """Whether any user may reach ``path``: every folder above it lets others search it."""
     return all(os.stat(folder).st_mode & stat.S_IXOTH for folder in Path(os.path.realpath(path)).parents)
 
@@ -102,7 +102,7 @@ _staging_lock = threading.Lock()
 _stages: dict[str, str] = {}
 
 
-def staged(host: str) -> str:
+def _staged(host: str) -> str:
     """A read-only view of ``host`` in this process's shared sandbox folder (staged once)."""
     with _staging_lock:
         if host not in _stages:
@@ -115,10 +115,10 @@ def staged(host: str) -> str:
 def reachable(host: str, *, as_other_uid: bool, stage_at: Path | None = None) -> str:
     """``host``, or where a read-only view of it is staged (``stage_at``, else a folder shared by this process's
     sandboxes) when bubblewrap runs ``as_other_uid`` and that uid cannot search the folders above ``host``."""
-    if not as_other_uid or searchable(host):
+    if not as_other_uid or _searchable(host):
         return host
     if stage_at is None:
-        return staged(host)
+        return _staged(host)
     if not stage_at.exists():
         stage_bind(host, stage_at)
     return str(stage_at)

@@ -97,6 +97,7 @@ _ERRORS = {
         (400, "Malformed request (OpenAI error shape)"),
         (401, "Missing or wrong API key"),
         (413, "Request body over --max-body-bytes"),
+        (429, "A new session while --max-sessions sessions are all mid-request"),
         (503, "The policy failed or timed out, or the server is stopping"),
     )
 }

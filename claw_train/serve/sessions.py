@@ -274,21 +274,22 @@ class LiveSessions:
                 kind="rate_limit_error",
                 headers={"Retry-After": "1"},
             )
-        oldest = min(idle, key=lambda s: s.last_seen)
-        self._end(oldest)
-        del self.sessions[oldest.id]
-        self.p.stats.add("sessions_evicted")
+        self._close(min(idle, key=lambda s: s.last_seen), "sessions_evicted")
+
+    def _close(self, session: Session, counter: str) -> None:
+        """End ``session`` (its last turn logged, not trained), forget it, and count it under ``counter``."""
+        self._end(session)
+        del self.sessions[session.id]
+        self.p.stats.add(counter)
 
     async def _close_idle(self) -> None:
         timeout = self.cfg.session_timeout
         while True:
             await asyncio.sleep(min(timeout / 2, 5.0))
             now = time.monotonic()
-            for sid, session in list(self.sessions.items()):
+            for session in list(self.sessions.values()):
                 if now - session.last_seen >= timeout and not session.lock.locked():
-                    self._end(session)
-                    del self.sessions[sid]
-                    self.p.stats.add("sessions_timed_out")
+                    self._close(session, "sessions_timed_out")
 
     def metrics(self) -> dict[str, Any]:
         """The pipeline's counters plus the server's (``/metrics``)."""
