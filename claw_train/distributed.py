@@ -13,6 +13,7 @@ with every checkpoint already written kept.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -92,4 +93,15 @@ def join() -> Ranks | None:
 
     state = PartialState(cpu=not torch.cuda.is_available())
     group = dist.new_group(backend="gloo", timeout=SAMPLE_WAIT)
+    atexit.register(leave)
     return Ranks(rank=state.process_index, world_size=state.num_processes, group=group)
+
+
+def leave() -> None:
+    """Leave the process group (run at exit by :func:`join`): gloo's worker threads must stop while the interpreter
+    is still whole, or one may abort the process as it shuts down (``terminate called without an active
+    exception``, SIGABRT: 16 of 40 two-rank runs of a small gloo script without it, 0 of 40 with it)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
