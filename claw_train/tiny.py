@@ -79,7 +79,7 @@ class BootstrapSettings:
     warmup: int = 20
     weight_decay: float = 0.01
     max_length: int = 768
-    demonstrations: int = 8000
+    demonstrations: int = 24000
     seed: int = 0
     lead_tokens: int = 3
     lead_weight: float = 4.0

@@ -185,7 +185,9 @@ async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hint
         return await evaluate(policy, spec, tasks, n=100, k=1, seed=0, sampling=sampling)
 
     path = tiny.bootstrap("conversation", progress=False)
-    hints = sorted({r["hint"] for r in tiny.demonstrations("claw/Conversation-v0", 300, seed=99) if r["hinted"]})
+    rows = tiny.demonstrations("claw/Conversation-v0", 600, seed=99)
+    assert {r["persona"] for r in rows} == {"student", "teacher"}  # the model learns to follow either one's hints
+    hints = sorted({r["hint"] for r in rows if r["hinted"] and r["persona"] == "student"})
     policy = InProcessPolicy(path)
     try:
         sampling = SamplingParams(max_new_tokens=128, temperature=1.0)

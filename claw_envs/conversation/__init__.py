@@ -26,6 +26,7 @@ SPEC = FamilySpec(
     judge=JudgeTemplates(prm="prm_personal", hint="hint_personal"),
     training=TrainingDefaults(max_new_tokens=96, rollout_workers=8, eval_every=4),
     tokenizer_corpus=True,
+    bootstrap_steps=1500,  # the arithmetic: first replies to the student right 9% of the time after 500, 56% after 1500
     load_tasks="claw_envs.conversation.tasks:load_gsm8k",
     evaluation="claw_envs.conversation.evaluation:PersonalizationEvaluation",
     live="claw_envs.conversation.live:LiveChat",

@@ -114,7 +114,7 @@ def demonstrations(
     persona_share: float = 0.05,
     hinted_share: float = 0.4,
 ) -> list[dict[str, Any]]:
-    """``n`` demonstration rows ``{"messages", "completion", "style", "hinted", "hint"}`` on train problems.
+    """``n`` demonstration rows ``{"messages", "completion", "style", "hinted", "hint", "persona"}`` on train problems.
 
     About ``hinted_share`` of the rows are hinted pairs (opening + bracketed hint → persona style), about
     ``persona_share`` unhinted persona-style replies, and the rest unhinted assistant-style replies —
@@ -144,6 +144,7 @@ def demonstrations(
                 "style": style,
                 "hinted": hint is not None,
                 "hint": hint,
+                "persona": persona.name,
             }
         )
     return rows

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from claw_envs.conversation.demos import demonstrations, opening_message, render_reply
-from claw_envs.conversation.persona import Persona, load_persona, pick
+from claw_envs.conversation.persona import Persona, available_personas, load_persona, pick
 from claw_envs.conversation.score import MAX_REPLY_CHARS, rubric
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.simulator import Simulator, Turn, make_simulator
@@ -136,9 +136,21 @@ class ConversationEnv(ClawEnv):
         return render_reply(self.persona, self.problem, "persona", rng, self.work)
 
     def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
-        """See :func:`claw_envs.conversation.demos.demonstrations` (train-split problems only)."""
+        """Demonstrations on train problems (:func:`claw_envs.conversation.demos.demonstrations`): half for this
+        env's persona, the rest shared among the other built-in personas, so a model bootstrapped on them follows
+        any built-in persona's hints (the way an instruction-tuned model would)."""
         tasks = self.tasks if self.tasks.split == "train" else None
-        return demonstrations(self.persona, n, seed, tasks=tasks)
+        others = [load_persona(name) for name in available_personas() if name != self.persona.name]
+        own = n - n // 2 if others else n
+        rest = np.array_split(np.arange(n - own), len(others)) if others else []
+        shares = [own, *(len(part) for part in rest)]
+        rows = [
+            row
+            for i, (persona, k) in enumerate(zip([self.persona, *others], shares, strict=True))
+            for row in demonstrations(persona, k, seed + i, tasks=tasks)
+        ]
+        np.random.default_rng(seed).shuffle(rows)
+        return rows
 
     async def aclose(self) -> None:
         await self.simulator.aclose()

@@ -1,9 +1,11 @@
 """Homework for the simulated users: easy procedural word problems and GSM8K-format loaders.
 
-The built-in generator writes grade-school problems (small numbers, one or two operations, exact
-integer answers) from a seed. Train and test draw from disjoint seed ranges *and* from disjoint
-halves of the problem space (a problem's split is fixed by a hash of its text), so no question can
-appear in both. GSM8K rows (``question``, ``answer`` ending in ``#### N``) load from a JSONL path
+The built-in generator writes grade-school problems (one or two operations, exact positive integer answers)
+from a seed, sized so the offline tiny model can learn their arithmetic: operands below 20, products of at
+most 5 x 9, every number below 50 (with two-digit operands the tiny model got 10% of its answers right, and the
+simulated student re-asks for every wrong one). Train and test draw from disjoint seed ranges *and* from disjoint
+halves of the problem space (a problem's split is fixed by a hash of its text), so no question can appear in both.
+GSM8K rows (``question``, ``answer`` ending in ``#### N``) load from a JSONL path
 or, only when asked, from the Hugging Face id ``openai/gsm8k``.
 
 For the teacher persona every problem also has a deterministic :class:`StudentWork` — a worked
@@ -164,39 +166,39 @@ def _num(x: float) -> Number:
 
 
 def _add(rng: np.random.Generator, name: str, pron: str, items: str, thing: str) -> tuple[str, list]:
-    a, b = int(rng.integers(2, 21)), int(rng.integers(2, 16))
+    a, b = int(rng.integers(2, 10)), int(rng.integers(2, 10))
     q = f"{name} has {a} {items}. {pron.capitalize()} gets {b} more. How many {items} does {name} have now?"
     return q, [(f"{a} + {b}", a + b)]
 
 
 def _sub(rng, name, pron, items, thing):
-    a = int(rng.integers(8, 31))
-    b = int(rng.integers(1, a))
+    b, left = int(rng.integers(1, 10)), int(rng.integers(1, 10))
+    a = b + left
     q = f"{name} had {a} {items} and gave {b} of them to a friend. How many {items} does {name} have left?"
-    return q, [(f"{a} - {b}", a - b)]
+    return q, [(f"{a} - {b}", left)]
 
 
 def _mul(rng, name, pron, items, thing):
-    a, b = int(rng.integers(2, 10)), int(rng.integers(2, 11))
+    a, b = int(rng.integers(2, 6)), int(rng.integers(2, 10))
     q = f"There are {a} bags with {b} {items} in each bag. How many {items} are there in all?"
     return q, [(f"{a} x {b}", a * b)]
 
 
 def _div(rng, name, pron, items, thing):
-    a, each = int(rng.integers(2, 10)), int(rng.integers(2, 11))
+    a, each = int(rng.integers(2, 6)), int(rng.integers(2, 10))
     q = f"{name} puts {a * each} {items} into {a} equal groups. How many {items} are in each group?"
     return q, [(f"{a * each} / {a}", each)]
 
 
 def _add_sub(rng, name, pron, items, thing):
-    a, b = int(rng.integers(3, 21)), int(rng.integers(2, 11))
-    c = int(rng.integers(1, a + b))
+    a, b = int(rng.integers(2, 10)), int(rng.integers(2, 10))
+    c = int(rng.integers(1, min(10, a + b)))
     q = f"{name} has {a} {items}. {pron.capitalize()} buys {b} more and then loses {c}. How many {items} are left?"
     return q, [(f"{a} + {b}", a + b), (f"{a + b} - {c}", a + b - c)]
 
 
 def _mul_add(rng, name, pron, items, thing):
-    a, b, c = int(rng.integers(2, 7)), int(rng.integers(2, 7)), int(rng.integers(1, 10))
+    a, b, c = int(rng.integers(2, 6)), int(rng.integers(2, 6)), int(rng.integers(1, 10))
     q = (
         f"{name} buys {a} packs of {items} with {b} in each pack. {pron.capitalize()} already had {c}. "
         f"How many {items} does {name} have now?"
@@ -215,15 +217,15 @@ def _change(rng, name, pron, items, thing):
 
 
 def _pages(rng, name, pron, items, thing):
-    a, b = int(rng.integers(2, 11)), int(rng.integers(2, 8))
+    a, b = int(rng.integers(2, 10)), int(rng.integers(2, 6))
     q = f"{name} reads {a} pages every day for {b} days. How many pages does {name} read in total?"
     return q, [(f"{a} x {b}", a * b)]
 
 
 def _sub_sub(rng, name, pron, items, thing):
-    a = int(rng.integers(12, 31))
-    b = int(rng.integers(1, a // 2))
-    c = int(rng.integers(1, a - b))
+    a = int(rng.integers(11, 19))
+    b = int(rng.integers(1, 10))
+    c = int(rng.integers(1, min(10, a - b)))
     q = f"A class has {a} students. {b} go to art and {c} go to music. How many students are left in the room?"
     return q, [(f"{a} - {b}", a - b), (f"{a - b} - {c}", a - b - c)]
 
