@@ -49,7 +49,7 @@ def run_one(args: argparse.Namespace, persona: str, method: str, seed: int) -> d
     points = sorted(set(args.eval_at) | {0})
     config.write_text(
         f"eval_at: {points}\neval_n: {args.eval_n}\neval_seed: {args.eval_seed}\nreport_to: none\n"
-        + (f"trainer: {{learning_rate: {args.lr}}}\n" if args.lr else "")
+        + (f"trainer: {trainer}\n" if (trainer := trainer_options(args)) else "")
     )
     cmd = [
         CLAW_TRAIN, "--env", "conversation", "--persona", persona, "--model", args.model, "--method", method,
@@ -64,6 +64,12 @@ def run_one(args: argparse.Namespace, persona: str, method: str, seed: int) -> d
     print(f"  {persona:>8} {method:>8} seed {seed}: {time.monotonic() - started:6.0f} s  "
           + "  ".join(f"{e['update']}:{e['score']:.3f}" for e in summary["evals"]), flush=True)  # fmt: skip
     return summary
+
+
+def trainer_options(args: argparse.Namespace) -> dict[str, float]:
+    """The trainer options the command line overrides (learning rate, KL coefficient); the rest from the preset."""
+    chosen = {"learning_rate": args.lr, "beta": args.beta}
+    return {k: v for k, v in chosen.items() if v is not None}
 
 
 def checkpoint_every(points: list[int]) -> int:
@@ -165,6 +171,7 @@ def main() -> None:
     parser.add_argument("--eval-seed", type=int, default=1234)
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the model's preset)")
+    parser.add_argument("--beta", type=float, default=None, help="KL coefficient (default: preset)")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-personalization"))
     parser.add_argument("--rerun", action="store_true", help="ignore finished and interrupted runs found in --out")
     args = parser.parse_args()

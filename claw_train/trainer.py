@@ -28,7 +28,9 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import use_adapter
 
+from claw_train.batch import collate
 from claw_train.config import ConfigError, TrainingConfig, yaml_values
 from claw_train.distributed import Ranks, world_size
 from claw_train.records import TrainSample
@@ -218,8 +220,23 @@ class ClawTrainer(GRPOTrainer):
         mine = samples[rank * n : (rank + 1) * n]
         tokens = sum(len(s.turn.completion_ids) for s in samples)
         batch = collate(mine, self.pad_token_id, self.accelerator.device, tokens=tokens)
+        if self.beta != 0.0:
+            batch["ref_per_token_logps"] = self._reference_logps(batch)
         self._record_batch_metrics(samples, len(stale), len(invalid))
         return batch
+
+    @torch.no_grad()
+    def _reference_logps(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The completions' per-token log-probs under the reference model, the anchor of the ``beta`` KL term: the
+        initial weights (TRL keeps a copy), or with LoRA the model with its adapter switched off."""
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep, rows = batch["completion_ids"].size(1), ids.size(0)
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, keep, batch_size=rows)[0]
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=rows)[0]
 
     def _step_samples(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
         """The step's samples (``n`` per rank) and the stale and malformed ones dropped. Rank 0 takes them and sends
@@ -297,42 +314,6 @@ def sample_problem(sample: TrainSample) -> str | None:
     if not all(math.isfinite(a) for a in sample.advantages):
         return "non-finite advantage"
     return None
-
-
-def collate(
-    samples: Sequence[TrainSample], pad_token_id: int, device: Any = "cpu", *, tokens: int | None = None
-) -> dict[str, Any]:
-    """TRL's batch: left-padded prompts, right-padded completions, ``(B, T)`` advantages and behaviour log-probs.
-
-    ``tokens``: the completion tokens the loss is normalised by (the whole step's, across ranks); default: these.
-    """
-    b = len(samples)
-    p = max(len(s.turn.prompt_ids) for s in samples)
-    t = max(len(s.turn.completion_ids) for s in samples)
-    prompt_ids = torch.full((b, p), pad_token_id, dtype=torch.long)
-    prompt_mask = torch.zeros((b, p), dtype=torch.long)
-    completion_ids = torch.full((b, t), pad_token_id, dtype=torch.long)
-    completion_mask = torch.zeros((b, t), dtype=torch.long)
-    advantages = torch.zeros((b, t), dtype=torch.float32)
-    old_logps = torch.zeros((b, t), dtype=torch.float32)
-    for i, s in enumerate(samples):
-        pl, cl = len(s.turn.prompt_ids), len(s.turn.completion_ids)
-        prompt_ids[i, p - pl :] = torch.tensor(s.turn.prompt_ids, dtype=torch.long)
-        prompt_mask[i, p - pl :] = 1
-        completion_ids[i, :cl] = torch.tensor(s.turn.completion_ids, dtype=torch.long)
-        completion_mask[i, :cl] = 1
-        advantages[i, :cl] = torch.tensor(s.advantages, dtype=torch.float32)
-        old_logps[i, :cl] = torch.tensor(s.turn.logprobs, dtype=torch.float32)
-    batch = {
-        "prompt_ids": prompt_ids,
-        "prompt_mask": prompt_mask,
-        "completion_ids": completion_ids,
-        "completion_mask": completion_mask,
-        "advantages": advantages,
-        "old_per_token_logps": old_logps,
-        "num_items_in_batch": completion_mask.sum() if tokens is None else torch.tensor(tokens),
-    }
-    return {k: v.to(device) for k, v in batch.items()}
 
 
 class _SkipNonFinite(TrainerCallback):

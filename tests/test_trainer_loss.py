@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from claw_train.advantages import method_advantages  # noqa: E402
+from claw_train.batch import collate  # noqa: E402
 from claw_train.records import TrainSample, TurnRecord  # noqa: E402
 from claw_train.trainer import (  # noqa: E402
     ClawConfig,
@@ -20,7 +21,6 @@ from claw_train.trainer import (  # noqa: E402
     FeedClosed,
     QueueSource,
     WeightPublisher,
-    collate,
     serving_state_dict,
 )
 
@@ -187,6 +187,39 @@ def test_every_method_updates_the_weights(tmp_path, tokenizer, method):
     moved = max((model.state_dict()[k] - before[k]).abs().max().item() for k in before)
     assert moved > 1e-6
     assert trainer.counters["trained"] == 4
+
+
+def test_beta_anchors_the_kl_term_at_the_initial_weights(tmp_path, tokenizer):
+    """``beta`` > 0 (TRL's KL term): each step's reference log-probs are the initial model's, while the policy moves."""
+    from transformers import AutoModelForCausalLM
+
+    tiny_model().save_pretrained(tmp_path / "model")  # TRL loads the reference from the policy's path
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.float32)
+    initial = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.float32).eval()
+    rng = random.Random(5)
+    source = QueueSource()
+    samples = [_opd_sample(model, i, rng, "combined", score=rng.choice([-1, 1])) for i in range(12)]
+    for sample in samples:
+        source.put(sample)
+    trainer = make_trainer(tmp_path, model, tokenizer, source, beta=0.5, max_steps=3)
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    reference = trainer._reference_logps
+
+    def recorded(batch):
+        logps = reference(batch)
+        seen.append((logps, batch["completion_mask"]))
+        return logps
+
+    trainer._reference_logps = recorded
+    trainer.train()
+    assert len(seen) == 3 and trainer.counters["trained"] == 12
+    for step, (logps, mask) in enumerate(seen):
+        for row, sample in enumerate(samples[4 * step : 4 * step + 4]):
+            want = completion_logprobs(initial, sample.turn.prompt_ids, sample.turn.completion_ids)
+            got = logps[row][mask[row].bool()].tolist()
+            assert got == pytest.approx(want, abs=1e-5)
+    moved = max((model.state_dict()[k] - initial.state_dict()[k]).abs().max().item() for k in initial.state_dict())
+    assert moved > 1e-6  # so the KL term had something to measure
 
 
 def test_lora_opd_term_moves_lora_parameters_and_reaches_serving(tmp_path, tokenizer):
