@@ -222,6 +222,37 @@ def test_beta_anchors_the_kl_term_at_the_initial_weights(tmp_path, tokenizer):
     assert moved > 1e-6  # so the KL term had something to measure
 
 
+def test_beta_with_lora_anchors_the_kl_term_at_the_base_model(tmp_path, tokenizer):
+    """With LoRA the reference is the model with its adapter switched off: the base weights, even after steps."""
+    from peft import LoraConfig
+
+    model, base = tiny_model(), tiny_model().eval()  # same seed: the same weights
+    rng = random.Random(6)
+    source = QueueSource()
+    samples = [_opd_sample(model, i, rng, "combined", score=rng.choice([-1, 1])) for i in range(8)]
+    for sample in samples:
+        source.put(sample)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, init_lora_weights=False)
+    args = ClawConfig.for_model(
+        "tiny", tmp_path / "out", max_steps=2, report_to="none", save_strategy="no", samples_per_step=4,
+        per_device_train_batch_size=4, beta=0.5,
+    )  # fmt: skip
+    trainer = ClawTrainer(model, args, source=source, processing_class=tokenizer, peft_config=lora)
+    assert trainer.ref_model is None
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    reference = trainer._reference_logps
+    trainer._reference_logps = lambda batch: seen.append((reference(batch), batch["completion_mask"])) or seen[-1][0]
+    trainer.train()
+    assert len(seen) == 2
+    for step, (logps, mask) in enumerate(seen):
+        for row, sample in enumerate(samples[4 * step : 4 * step + 4]):
+            want = completion_logprobs(base, sample.turn.prompt_ids, sample.turn.completion_ids)
+            assert logps[row][mask[row].bool()].tolist() == pytest.approx(want, abs=1e-5)
+    adapted = completion_logprobs(trainer.model, samples[0].turn.prompt_ids, samples[0].turn.completion_ids)
+    base_logps = completion_logprobs(base, samples[0].turn.prompt_ids, samples[0].turn.completion_ids)
+    assert max(abs(a - b) for a, b in zip(adapted, base_logps, strict=True)) > 1e-6  # the adapter is on again
+
+
 def test_lora_opd_term_moves_lora_parameters_and_reaches_serving(tmp_path, tokenizer):
     from peft import LoraConfig
 
