@@ -79,11 +79,12 @@ class RolloutConfig:
     rollout_workers: int | None = None
     """Episodes (personal track) or task groups (agent track) in flight at once; None: the family's."""
     ray_address: str | None = None
-    """claw-train: run the env actors on a Ray cluster, auto (RAY_ADDRESS or the one `ray start` started here) or
-    HOST:PORT of its head node; None: envs run in this process."""
+    """claw-train: play the episodes on a Ray cluster, auto (RAY_ADDRESS or the one `ray start` started here) or
+    HOST:PORT of its head node; with --policy sglang:// each actor is a rollout worker (env + policy client), with
+    the in-process policy an env actor; None: everything runs in this process."""
     ray_resources: dict[str, str] = field(default_factory=dict)
-    """With --ray-address: what each env actor needs, KEY VALUE pairs (num_cpus 1 sandbox 1: Ray's own options
-    or custom resources); none: no CPU reserved, actors spread over the nodes."""
+    """With --ray-address: what each env actor or rollout worker needs, KEY VALUE pairs (num_cpus 1 sandbox 1:
+    Ray's own options or custom resources); none: no CPU reserved, actors spread over the nodes."""
 
 
 @dataclass

@@ -6,6 +6,7 @@ start."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -13,8 +14,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +29,7 @@ pytest.importorskip("ray", reason="ray is not installed (the [ray] extra)")
 BIN = Path(sys.executable).parent
 FIXTURES = Path(__file__).parent / "fixtures" / "scale"
 ACTOR_LOG_MARK = ":actor_name:EnvActor"
+WORKER_LOG_MARK = ":actor_name:RolloutWorker"
 
 
 def free_port() -> int:
@@ -68,8 +73,12 @@ class RayCluster:
 
     def actor_logs(self) -> list[Path]:
         """The worker logs of processes that hosted an env actor."""
+        return self.worker_logs(ACTOR_LOG_MARK)
+
+    def worker_logs(self, mark: str) -> list[Path]:
+        """The worker logs of processes that hosted an actor of the class ``mark`` names."""
         logs = (self.temp_dir / "session_latest" / "logs").glob("worker-*.out")
-        return [p for p in logs if ACTOR_LOG_MARK in p.read_text(errors="replace")[:2000]]
+        return [p for p in logs if mark in p.read_text(errors="replace")[:2000]]
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -297,3 +306,114 @@ def test_a_rank_0_that_cannot_start_releases_the_other_ranks(tmp_path, toolcall_
     said = " ".join(follower.stdout.split())
     assert follower.returncode == 1, said[-3000:]
     assert "rank 1: rank 0 stopped before training: --resume: no run in" in said
+
+
+@contextlib.contextmanager
+def sglang_stand_in(model: str) -> Iterator[tuple[Any, str]]:
+    """An SGLang-protocol server on loopback backed by the real tiny model (SGLang itself needs CUDA; see
+    ``test_policy_sglang.StandIn``): what rollout workers on the cluster generate with."""
+    import uvicorn
+    from test_policy_sglang import StandIn
+
+    standin = StandIn(Path(model))
+    server = uvicorn.Server(uvicorn.Config(standin.app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield standin, f"127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        standin.policy.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_claw_train_with_a_remote_policy_plays_its_episodes_on_rollout_workers_of_the_ray_cluster(
+    ray_cluster, toolcall_model, tmp_path
+):
+    from claw_train.logs import Ledger
+
+    before = set(ray_cluster.worker_logs(WORKER_LOG_MARK))
+    out = tmp_path / "run"
+    with sglang_stand_in(toolcall_model) as (standin, address):
+        command = [
+            str(BIN / "claw-train"), "--env", "toolcall", "--model", toolcall_model, "--policy", f"sglang://{address}",
+            "--publish-dir", str(tmp_path / "weights"), "--ray-address", ray_cluster.address, "--updates", "2",
+            "--samples-per-step", "4", "--rollout-workers", "2", "--report-to", "none", "--output-dir", str(out),
+            "--no-display",
+        ]  # fmt: skip
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **LAUNCH_ENV})
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "rollout workers (env + policy client) on the Ray cluster" in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "done" and summary["updates"] == 2
+    assert [e["update"] for e in Ledger(out / "ledger.jsonl").effective()] == [1, 2]
+    workers = set(ray_cluster.worker_logs(WORKER_LOG_MARK)) - before
+    assert workers, "no rollout worker ran on the cluster"  # the episodes played in worker processes
+    generated = [body for route, body in standin.calls if route == "/generate" and body["sampling_params"].get(
+        "max_new_tokens")]  # fmt: skip
+    assert len(generated) >= 8  # every trained turn was generated through the servers, by the workers
+    assert standin.version == "2"  # the trainer published each update; later turns came from the new weights
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_dead_rollout_worker_costs_its_episode_as_an_infra_failure_and_is_replaced(ray_cluster, toolcall_model):
+    import ray
+
+    from claw_train.pipeline.budget import InFlightBudget
+    from claw_train.pipeline.cluster import connect
+    from claw_train.pipeline.workers import RolloutWorkers
+    from claw_train.policy.base import SamplingParams
+
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from sleepy_env import ENV_ID
+    finally:
+        sys.path.remove(str(FIXTURES))
+    sampling = SamplingParams(max_new_tokens=4, temperature=1.0)
+
+    async def play(workers: RolloutWorkers, kill_after: float | None = None, budget=None) -> tuple[Any, list]:
+        turns: list = []
+
+        async def emit(turn) -> None:
+            turns.append(turn)
+
+        where = {"seed": 1, "options": None, "group_id": "g", "emit": emit, "budget": budget}
+        episode = asyncio.ensure_future(workers.play(sampling, **where))
+        if kill_after is not None:
+            await asyncio.sleep(kill_after)
+            (actor,) = workers._busy  # the worker playing the episode: its process ends as if its node left
+            ray.kill(actor, no_restart=True)
+        return await episode, turns
+
+    async def scenario() -> list:
+        with sglang_stand_in(toolcall_model) as (_, address):
+            policy = {"model": toolcall_model, "policy": f"sglang://{address}", "tokenizer_path": toolcall_model}
+            workers = RolloutWorkers(ENV_ID, 1, env_kwargs={"delay": 2.0}, policy=policy, actor_options={"num_cpus": 0})
+            budget = InFlightBudget(5, allotment=3)  # a lone episode takes its max_turns (3) slots before it starts
+            try:
+                first = await play(workers, budget=budget)
+                held = 5 - budget.available
+                return [first, held, await play(workers, kill_after=3.0), await play(workers), workers.started]
+            finally:
+                await workers.aclose()
+
+    if ray.is_initialized():
+        ray.shutdown()
+    connect(ray_cluster.address)
+    try:
+        (first, first_turns), held, (dead, dead_turns), (again, again_turns), started = asyncio.run(scenario())
+    finally:
+        ray.shutdown()
+    assert (first.status, first.turns, len(first_turns)) == ("ok", 2, 2)
+    assert all(t.completion_ids and t.logprobs for t in first_turns)  # token-exact turns crossed the processes
+    assert held == 2  # the unused slot came back; each handed-on turn holds one until it is trained or masked
+    assert dead.status == "infra_failure" and "rollout worker failed" in dead.error and dead_turns == []
+    assert (again.status, len(again_turns)) == ("ok", 2)
+    assert started == 2  # a new worker replaced the dead one

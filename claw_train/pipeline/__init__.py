@@ -20,8 +20,9 @@
   thread, pulling ``samples_per_step`` samples per optimizer step and publishing weights after each.
 * **Run directory** (:mod:`~claw_train.pipeline.rundir`): options, ledger, logs, evaluations, summary.
 * **Scale-out**: under ``accelerate launch`` rank 0 runs all of the above and the other ranks train on their
-  share of each step (:mod:`~claw_train.pipeline.ranks`); ``--ray-address`` puts the env actors on a Ray
-  cluster (:mod:`~claw_train.pipeline.cluster`).
+  share of each step (:mod:`~claw_train.pipeline.ranks`); ``--ray-address`` plays the episodes on a Ray
+  cluster (:mod:`~claw_train.pipeline.cluster`): env actors, or whole rollout workers with a remote policy
+  (:mod:`~claw_train.pipeline.workers`).
 
 Queues are bounded, so a slow consumer holds its producers back and an empty queue is waited on, never
 polled. ``--sync`` runs the same parts one after another (roll out, judge, train) for comparison. Bad input:

@@ -1,11 +1,13 @@
-"""Rollouts on a Ray cluster (``--ray-address``): join it, or fail fast saying why; env actors placed by resources.
+"""Rollouts on a Ray cluster (``--ray-address``): join it, or fail fast saying why; actors placed by resources.
 
 ``auto`` joins the cluster this machine belongs to (``RAY_ADDRESS``, or the one ``ray start`` started here);
 ``HOST:PORT`` is a head node's GCS address. Before Ray is asked to join, the address is probed (a TCP connect,
 then Ray's own ``GetClusterId`` call) with a short timeout, since ``ray.init`` waits a long time for an address
 where no Ray answers. Env actors go where ``--ray-resources`` says (``num_cpus``, ``num_gpus``, ``memory`` or a
 custom resource such as ``sandbox``); an actor that dies (its node left) costs its episode, counted as an
-infrastructure failure, and the pool starts a new one.
+infrastructure failure, and the pool starts a new one. With a remote policy (``sglang://``) the actors are whole
+rollout workers (:mod:`~claw_train.pipeline.workers`: env + policy client), so only finished turns reach the
+trainer; with the in-process policy they are env actors and the agents stay with the model in this process.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from claw_train.pipeline.rundir import RunError
 if TYPE_CHECKING:
     from claw_envs.pool import EnvPool
     from claw_train.config import RolloutConfig
+    from claw_train.pipeline.core import Pipeline
+    from claw_train.pipeline.workers import RolloutWorkers
 
 PROBE_TIMEOUT = 5.0
 ACTOR_OPTIONS = ("num_cpus", "num_gpus", "memory")
+WORKER_POLICIES = ("sglang://",)  # policies a rollout worker can reach from its own process
 
 
 def connect(address: str) -> None:
@@ -94,12 +99,39 @@ def join_cluster(rollout: RolloutConfig) -> None:
     connect(rollout.ray_address)
 
 
-def env_pool(env_id: str, size: int, env_kwargs: dict[str, Any], rollout: RolloutConfig) -> EnvPool:
-    """The run's env pool: in this process, or Ray actors on ``--ray-address``'s cluster."""
+def worker_policy(p: Pipeline) -> dict[str, Any] | None:
+    """``load_policy``'s arguments for rollout workers on the Ray cluster: with ``--ray-address`` and a policy they
+    can reach from their own processes (``sglang://``), else ``None`` (the agents stay in the trainer's process)."""
+    remote = p.run_cfg.policy.startswith(WORKER_POLICIES) and p._policy_arg is None
+    if p.rollout.ray_address is None or not remote:
+        return None
+    return {
+        "model": p.run_cfg.model,
+        "policy": p.run_cfg.policy,
+        "family": p.spec.name,
+        "tokenizer_path": p.policy.inner.tokenizer_path,
+        "retries": p.training.policy_retries,
+    }
+
+
+def rollout_pool(
+    env_id: str,
+    size: int,
+    env_kwargs: dict[str, Any],
+    rollout: RolloutConfig,
+    worker_policy: Mapping[str, Any] | None = None,
+) -> EnvPool | RolloutWorkers:
+    """Where the run's episodes play: an env pool in this process, env actors on ``--ray-address``'s cluster, or
+    rollout workers there when ``worker_policy`` (``load_policy``'s arguments for their clients) is given."""
     from claw_envs.pool import EnvPool
 
     if rollout.ray_address is None:
         return EnvPool(env_id, size, env_kwargs=env_kwargs)
+    options = actor_options(rollout.ray_resources)
+    if worker_policy is not None:
+        from claw_train.pipeline.workers import RolloutWorkers
+
+        return RolloutWorkers(env_id, size, env_kwargs=env_kwargs, policy=worker_policy, actor_options=options)
     pool = EnvPool(env_id, size, env_kwargs=env_kwargs, backend="ray")
-    pool.ray_actor_options = actor_options(rollout.ray_resources)
+    pool.ray_actor_options = options
     return pool

@@ -21,13 +21,14 @@ from claw_train.judging import SampleMaker
 from claw_train.logs import VersionedLog
 from claw_train.metrics import Stats
 from claw_train.pipeline.budget import InFlightBudget
-from claw_train.pipeline.cluster import env_pool, join_cluster
+from claw_train.pipeline.cluster import join_cluster, rollout_pool, worker_policy
 from claw_train.pipeline.guards import first_failure, watch_for_signal
 from claw_train.pipeline.ranks import RankLink
 from claw_train.pipeline.reporting import write_summary
 from claw_train.pipeline.rollouts import EnvRollouts, Item, SyncRounds, turns_in
 from claw_train.pipeline.rundir import RunDir, RunError, checkpoint_step
 from claw_train.pipeline.trainer_thread import TrainerThread
+from claw_train.pipeline.workers import RolloutWorkers
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
 from claw_train.policy.guarded import GuardedPolicy, PolicyDown
 from claw_train.records import TrainSample
@@ -316,10 +317,12 @@ class Pipeline:
         """At most ``samples_per_step x in_flight_batches`` turns between generation and training (so samples stay
         within max_staleness versions); for grouped rollouts at least one whole group's allotment."""
         limit = self.training.samples_per_step * self.training.in_flight_batches
-        if self.personal:
+        if self.personal and not isinstance(self.pool, RolloutWorkers):
             return InFlightBudget(limit)
         max_turns = self.rollout.max_turns or env_kwargs_for(self.spec, self.rollout).get("max_turns")
         max_turns = int(max_turns or max_turns_of(self.spec, self.rollout))
+        if self.personal:  # an episode on a Ray rollout worker hands its turns over when it ends: all its slots
+            return InFlightBudget(limit, max_turns)
         return InFlightBudget(limit, self.training.group_size * max_turns)
 
     def _start_workers(self) -> list[asyncio.Task]:
@@ -330,7 +333,10 @@ class Pipeline:
             kwargs = env_kwargs_for(self.spec, self.rollout)
             if self.tasks is not None:
                 kwargs.setdefault("tasks", self.tasks)
-            self.pool = env_pool(self.env_id, self.rollout.rollout_workers * per_worker, kwargs, self.rollout)
+            size = self.rollout.rollout_workers * per_worker
+            self.pool = rollout_pool(self.env_id, size, kwargs, self.rollout, worker_policy(self))
+            if isinstance(self.pool, RolloutWorkers):
+                self.say(f"rollouts: up to {size} rollout workers (env + policy client) on the Ray cluster")
             self.budget = None if self.sync else self._make_budget()
             self.stats.status = "running (sync)" if self.sync else "running"
         tasks = source.start()

@@ -2,65 +2,30 @@
 :class:`SyncRounds` (roll out, judge, train — one after another, for comparison).
 
 The personal track streams each turn to the judges as soon as the env has answered it; the agent track plays
-``group_size`` episodes of one task and hands the group over whole (step-index normalisation needs it).
+``group_size`` episodes of one task and hands the group over whole (step-index normalisation needs it). Episodes
+play in this process (:func:`~claw_train.pipeline.episodes.play_episode`) or on rollout workers of a Ray cluster
+(:class:`~claw_train.pipeline.workers.RolloutWorkers`), whose turns reach the judges when their episode ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from claw_train.pipeline.budget import InFlightBudget
-from claw_train.policy.base import PolicyError
+from claw_train.pipeline.episodes import Emit, play_episode
+from claw_train.pipeline.workers import RolloutWorkers
 from claw_train.policy.guarded import PolicyDown
 from claw_train.records import TrainSample, TurnRecord
-from claw_train.rollout import EpisodeAgent
 
 if TYPE_CHECKING:
     from claw_train.pipeline.core import Pipeline
 
 Item = TurnRecord | list[list[TurnRecord]]
-Emit = Callable[[TurnRecord], Awaitable[None]]
 
 
 def turns_in(item: Item) -> int:
     """The turns in a personal-track turn (1) or an agent-track group of episodes."""
     return sum(len(ep) for ep in item) if isinstance(item, list) else 1
-
-
-class StreamingAgent(EpisodeAgent):
-    """An ``EpisodeAgent`` that hands each turn on as soon as the env has answered it; a lone episode takes an
-    in-flight slot per turn (freed when the turn is trained or masked)."""
-
-    def __init__(self, *args: Any, emit: Emit, budget: InFlightBudget | None = None, **kw: Any):
-        super().__init__(*args, **kw)
-        self.emit = emit
-        self.budget = budget
-        self.emitted = 0
-        self.error: PolicyError | None = None
-
-    async def flush(self) -> None:
-        """Emit the turns not yet handed on, in order."""
-        while self.emitted < len(self.turns):
-            turn = self.turns[self.emitted]
-            turn.info.setdefault("tools", self.transcript.tools if self.transcript else None)
-            self.emitted += 1
-            await self.emit(turn)
-
-    async def __call__(self, obs: Any, info: Mapping[str, Any]) -> str:
-        if self.transcript is not None:
-            self.observe(0.0, info)
-            await self.flush()
-        if self.budget is not None:
-            await self.budget.take()
-        try:
-            return await super().__call__(obs, info)
-        except PolicyError as err:
-            if self.budget is not None:
-                self.budget.free(1)  # the turn that failed to generate holds no sample
-            self.error = err
-            raise
 
 
 class EnvRollouts:
@@ -91,40 +56,32 @@ class EnvRollouts:
         return int(self.p.rng.integers(0, 2**31 - 1))
 
     async def play(self, emit: Emit, *, group: str = "", options: dict[str, Any] | None = None) -> int:
-        """One episode through the pool; each turn goes to ``emit``. Returns the number of turns.
-
-        A lone episode takes an in-flight slot per turn; the episodes of a group play on their group's allotment.
-        """
+        """One episode, here or on a rollout worker of the Ray cluster; each turn goes to ``emit``. Returns the
+        number of turns. A lone episode takes in-flight slots; the episodes of a group play on their group's."""
         p = self.p
         seed = self.next_seed()
+        where = dict(seed=seed, options=options, group_id=group or f"ep{p.attempt}-{seed}", emit=emit)
         budget = None if group else p.budget
-        agent = StreamingAgent(
-            p.policy, p.sampling, group_id=group or f"ep{p.attempt}-{seed}", emit=emit, budget=budget
-        )
-        result = await p.pool.run_episode(agent, seed=seed, options=options)
-        if agent.error is not None:
-            if isinstance(agent.error, PolicyDown):
-                p.request_stop("policy_failed", str(agent.error))
+        if isinstance(p.pool, RolloutWorkers):
+            report = await p.pool.play(p.sampling, **where, budget=budget)
+        else:
+            report = await play_episode(p.pool, p.policy, p.sampling, **where, budget=budget)
+        if (error := report.raised()) is not None:
+            if isinstance(error, PolicyDown):
+                p.request_stop("policy_failed", str(error))
             else:
-                p.note_generation_error(agent.error)
-            return len(agent.turns)
+                p.note_generation_error(error)
+            return report.turns
         p.generation_failures = 0
-        if agent.pending:
-            if len(result.infos) == len(result.actions) + 1:  # the reset info, then one per step
-                agent.observe(result.rewards[-1] if result.rewards else 0.0, result.infos[-1])
-            else:  # the env never answered this action (timeout, crash): recorded, then masked as infra
-                agent.abandon(result.status if result.status != "ok" else "infra_failure")
-        await agent.flush()
         p.stats.add("episodes")
-        final = result.infos[-1].get("next_state") if result.infos else None
-        if final is not None and final.outcome is not None:
-            p.stats.outcome(final.outcome)
-        if result.status != "ok":
-            p.stats.add(f"episodes_{result.status}")
-            p.note_env_failure(result.error or result.status)
+        if report.outcome is not None:
+            p.stats.outcome(report.outcome)
+        if report.status != "ok":
+            p.stats.add(f"episodes_{report.status}")
+            p.note_env_failure(report.error or report.status)
         else:
             p.note_env_success()
-        return len(agent.turns)
+        return report.turns
 
     async def play_group(self) -> list[list[TurnRecord]]:
         """``group_size`` episodes of one task (its group for step-index normalisation)."""

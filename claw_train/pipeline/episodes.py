@@ -1,0 +1,100 @@
+"""One episode of a turn source, wherever it is played: :class:`StreamingAgent` hands each turn on as the env
+answers it, and :func:`play_episode` plays an episode through an env pool and sums it up as an
+:class:`EpisodeReport` — in the trainer's process, or inside a rollout worker on a Ray cluster
+(:mod:`~claw_train.pipeline.workers`), whose report and turns travel back to the trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from claw_train.pipeline.budget import InFlightBudget
+from claw_train.policy.base import Policy, PolicyError, SamplingParams
+from claw_train.policy.guarded import PolicyDown
+from claw_train.records import TurnRecord
+from claw_train.rollout import EpisodeAgent
+
+Emit = Callable[[TurnRecord], Awaitable[None]]
+
+
+class StreamingAgent(EpisodeAgent):
+    """An ``EpisodeAgent`` that hands each turn on as soon as the env has answered it; with a ``budget`` (a lone
+    episode in this process) it takes an in-flight slot per turn (freed when the turn is trained or masked)."""
+
+    def __init__(self, *args: Any, emit: Emit, budget: InFlightBudget | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self.emit = emit
+        self.budget = budget
+        self.emitted = 0
+        self.error: PolicyError | None = None
+
+    async def flush(self) -> None:
+        """Emit the turns not yet handed on, in order."""
+        while self.emitted < len(self.turns):
+            turn = self.turns[self.emitted]
+            turn.info.setdefault("tools", self.transcript.tools if self.transcript else None)
+            self.emitted += 1
+            await self.emit(turn)
+
+    async def __call__(self, obs: Any, info: Mapping[str, Any]) -> str:
+        if self.transcript is not None:
+            self.observe(0.0, info)
+            await self.flush()
+        if self.budget is not None:
+            await self.budget.take()
+        try:
+            return await super().__call__(obs, info)
+        except PolicyError as err:
+            if self.budget is not None:
+                self.budget.free(1)  # the turn that failed to generate holds no sample
+            self.error = err
+            raise
+
+
+@dataclass
+class EpisodeReport:
+    """How an episode went: the turns it handed on, its status and outcome, or the policy error that ended it."""
+
+    turns: int
+    status: str = "ok"
+    error: str | None = None
+    outcome: float | None = None
+    policy_error: str | None = None
+    policy_down: bool = False  # the policy failed its health probe too: the run must stop
+
+    def raised(self) -> PolicyError | None:
+        """The policy error as the trainer's process handles it (``PolicyDown`` stops the run)."""
+        if self.policy_error is None:
+            return None
+        return (PolicyDown if self.policy_down else PolicyError)(self.policy_error)
+
+
+async def play_episode(
+    pool: Any,
+    policy: Policy,
+    sampling: SamplingParams,
+    *,
+    seed: int,
+    options: dict[str, Any] | None,
+    group_id: str,
+    emit: Emit,
+    budget: InFlightBudget | None = None,
+) -> EpisodeReport:
+    """One episode of ``pool`` (an :class:`~claw_envs.pool.EnvPool`) played by ``policy``; each turn goes to
+    ``emit`` as the env answers it, the last one when the episode ends (masked as infra if the env never did)."""
+    agent = StreamingAgent(policy, sampling, group_id=group_id, emit=emit, budget=budget)
+    result = await pool.run_episode(agent, seed=seed, options=options)
+    if (error := agent.error) is not None:
+        down = isinstance(error, PolicyDown)
+        return EpisodeReport(len(agent.turns), "infra_failure", str(error), policy_error=str(error), policy_down=down)
+    if agent.pending:
+        if len(result.infos) == len(result.actions) + 1:  # the reset info, then one per step
+            agent.observe(result.rewards[-1] if result.rewards else 0.0, result.infos[-1])
+        else:  # the env never answered this action (timeout, crash): recorded, then masked as infra
+            agent.abandon(result.status if result.status != "ok" else "infra_failure")
+    await agent.flush()
+    final = result.infos[-1].get("next_state") if result.infos else None
+    outcome = final.outcome if final is not None else None
+    return EpisodeReport(len(agent.turns), result.status, result.error, outcome)
