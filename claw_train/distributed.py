@@ -82,6 +82,17 @@ def process_rank() -> int:
         return 0
 
 
+def sharded_weights() -> str | None:
+    """The weight-sharding scheme ``accelerate launch`` set up (``FSDP``, ``DeepSpeed ZeRO-3``), or None (DDP,
+    ZeRO-1/2 or one process: every rank holds the whole weights, so rank 0 can publish them)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+        return "FSDP"
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
+    if deepspeed and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        return "DeepSpeed ZeRO-3"
+    return None
+
+
 def join() -> Ranks | None:
     """Join the launcher's process group (None when running alone): the training backend through accelerate's
     ``PartialState``, plus a gloo group for objects."""

@@ -254,6 +254,27 @@ def test_an_unreachable_ray_address_fails_fast_before_any_model_loads(tmp_path, 
     assert time.monotonic() - started < 90
 
 
+@pytest.mark.parametrize(
+    ("launch_env", "said"),
+    [
+        ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}, "FSDP shards the weights"),
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, "DeepSpeed ZeRO-3 shards"),
+    ],
+)
+def test_a_launch_that_shards_the_weights_stops_before_training_saying_what_works(tmp_path, launch_env, said):
+    """What ``accelerate launch --use_fsdp`` / a ZeRO-3 config put in the environment (the sharded launch itself
+    needs GPUs): rank 0 could not publish whole weights, so the run refuses to start and names DDP and ZeRO-1/2."""
+    proc = subprocess.run(
+        [str(BIN / "claw-train"), "--env", "toolcall", "--updates", "1", "--output-dir", str(tmp_path / "run"),
+         "--no-display"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1", **launch_env},
+    )  # fmt: skip
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output[-3000:]
+    assert said in output and "DDP (--multi_gpu) or DeepSpeed ZeRO-1/2" in output
+    assert not (tmp_path / "run" / "run.json").exists()  # nothing was started
+
+
 def ranks_by_hand(argvs: list[list[str]], tmp_path: Path) -> list[subprocess.CompletedProcess]:
     """Start one claw-train per argv as ranks of one process group (what a launcher does), wait for all."""
     port = free_port()

@@ -58,10 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # the live display says what is going on
     from claw_train.distributed import process_rank
     from claw_train.pipeline.cluster import join_cluster
+    from claw_train.pipeline.ranks import refuse_sharded_weights
 
     model_path = None
     try:
-        if process_rank() == 0:  # a --ray-address without a cluster is said before any model loads
+        refuse_sharded_weights()  # said before any model loads, like a --ray-address without a cluster
+        if process_rank() == 0:
             join_cluster(args.rollout)
         if args.run.model == "tiny" and process_rank() == 0:  # under accelerate launch, rank 0 tells the others
             from claw_train.policy.loader import resolve_model

@@ -15,11 +15,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claw_train.config import as_flat_dict
-from claw_train.distributed import Ranks, RanksDisagree, join, world_size
+from claw_train.distributed import Ranks, RanksDisagree, join, sharded_weights, world_size
 from claw_train.pipeline.rundir import RunError
 
 if TYPE_CHECKING:
     from claw_train.pipeline.core import Pipeline, PipelineResult
+
+
+def refuse_sharded_weights() -> None:
+    """Raise :class:`RunError` when the launch shards the weights (FSDP, ZeRO-3): rank 0 could not publish them."""
+    if sharding := sharded_weights():
+        raise RunError(
+            f"{sharding} shards the weights, and claw-train publishes whole weights from rank 0 after every "
+            "update; gathering them for publishing is not wired yet: launch with DDP (--multi_gpu) or DeepSpeed "
+            "ZeRO-1/2, and --lora where the model does not fit"
+        )
 
 
 class RankLink:
@@ -33,6 +43,7 @@ class RankLink:
     async def join(self, p: Pipeline) -> PipelineResult | None:
         """Join the other processes and check they run the same options; on another rank, its whole run (it
         trains on its share of rank 0's samples). None on rank 0 or alone."""
+        refuse_sharded_weights()
         if world_size() == 1:
             return None
         try:
