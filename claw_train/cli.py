@@ -4,10 +4,18 @@ so ``claw-envs list`` starts without loading torch or trl."""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 
 def _run(module: str) -> None:
-    importlib.import_module(module).app()
+    """Run ``module``'s ``app()``; output piped into a reader that stops early (``--help | head``) ends the command
+    quietly instead of with a traceback."""
+    try:
+        importlib.import_module(module).app()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python would flush into the closed pipe
+        sys.exit(1)
 
 
 def train() -> None:

@@ -29,6 +29,18 @@ def test_help_works(argv):
     assert "usage" in out.stdout.lower()
 
 
+@pytest.mark.parametrize("command", ["claw-train", "claw-eval", "claw-serve", "claw-envs"])
+def test_help_piped_into_a_reader_that_stops_early_ends_without_a_traceback(command):
+    """``claw-eval --help | head -1``: the reader closes the pipe after one line; the command must not print a
+    BrokenPipeError traceback to the terminal."""
+    proc = subprocess.Popen([str(BIN / command), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what head does after its line
+    _, stderr = proc.communicate(timeout=120)
+    assert b"usage" in first.lower()
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode()[-2000:]
+
+
 def test_envs_list_does_not_import_torch_or_trl():
     code = (
         "import sys; from claw_train.commands import envs; from typer.testing import CliRunner;"
