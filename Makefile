@@ -17,7 +17,7 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 lint: setup
 	$(VENV)/bin/ruff check --fix .
