@@ -13,6 +13,7 @@ cannot check is SGLang itself; it checks that our client speaks its protocol and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -169,22 +170,30 @@ def tiny_path() -> Path:
     return tiny.build_tiny()
 
 
-@pytest.fixture
-def servers(tiny_path) -> Iterator[list[StandIn]]:
-    standins, running = [StandIn(tiny_path) for _ in range(2)], []
-    for s in standins:
-        server = uvicorn.Server(uvicorn.Config(s.app, host="127.0.0.1", port=_free_port(), log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        s.url = f"http://127.0.0.1:{server.config.port}"
-        running.append((server, thread))
-    yield standins
-    for server, thread in running:
+@contextlib.contextmanager
+def serving(standin: StandIn) -> Iterator[str]:
+    """``standin`` served by uvicorn on a free loopback port (in a thread) for the block; yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(standin.app, host="127.0.0.1", port=_free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    standin.url = f"http://127.0.0.1:{server.config.port}"
+    try:
+        yield standin.url
+    finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def servers(tiny_path) -> Iterator[list[StandIn]]:
+    standins = [StandIn(tiny_path) for _ in range(2)]
+    with contextlib.ExitStack() as running:
+        for s in standins:
+            running.enter_context(serving(s))
+        yield standins
     for s in standins:
         s.policy.close()
 

@@ -146,12 +146,8 @@ def test_readme_gpu_quickstart_runs_as_written_against_local_servers(tmp_path):
     servers by local ones on loopback: an SGLang-protocol stand-in backed by the real tiny model (SGLang itself
     needs CUDA; see test_policy_sglang) and a scripted OpenAI-style judge. Weights go to --publish-dir and the
     policy server is told to load each version from there."""
-    import threading
-    import time
-
-    import uvicorn
     from test_judges_backends import ScriptedOpenAIServer
-    from test_policy_sglang import StandIn, _free_port
+    from test_policy_sglang import StandIn, serving
 
     from claw_train.tiny import bootstrap
 
@@ -161,21 +157,16 @@ def test_readme_gpu_quickstart_runs_as_written_against_local_servers(tmp_path):
     model = tmp_path / "Qwen3-4B"  # "a hub model": here the folder save_pretrained (or a hub download) leaves
     shutil.copytree(bootstrap("conversation", steps=2, progress=False), model)
     standin = StandIn(model)
-    server = uvicorn.Server(uvicorn.Config(standin.app, host="127.0.0.1", port=_free_port(), log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
     publish = tmp_path / "shared" / "claw-weights"
-    swaps = {
-        "Qwen/Qwen3-4B": str(model),
-        "sglang://127.0.0.1:30000": f"sglang://127.0.0.1:{server.config.port}",
-        "/shared/claw-weights": str(publish),
-        "200": "1",
-    }
     try:
-        with ScriptedOpenAIServer() as judge:
-            swaps["openai://127.0.0.1:30001"] = "openai://" + judge.url.removeprefix("http://")
+        with serving(standin) as url, ScriptedOpenAIServer() as judge:
+            swaps = {
+                "Qwen/Qwen3-4B": str(model),
+                "sglang://127.0.0.1:30000": "sglang://" + url.removeprefix("http://"),
+                "/shared/claw-weights": str(publish),
+                "200": "1",
+                "openai://127.0.0.1:30001": "openai://" + judge.url.removeprefix("http://"),
+            }
             argv = [str(BIN / "claw-train"), *(swaps.get(a, a) for a in command[1:])]
             assert "--publish-dir" in argv and "--lora" in argv and str(model) in argv, argv
             argv += ["--samples-per-step", "4", "--max-new-tokens", "24", "--report-to", "none", "--eval-every", "0"]
@@ -184,7 +175,6 @@ def test_readme_gpu_quickstart_runs_as_written_against_local_servers(tmp_path):
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
             assert judge.requests  # the judge scored the turns
     finally:
-        server.should_exit = True
         standin.policy.close()
     loads = [body for route, body in standin.calls if route == "/update_weights_from_disk"]
     assert loads and all(Path(b["model_path"]).parent == publish for b in loads), loads

@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -332,22 +331,14 @@ def test_a_rank_0_that_cannot_start_releases_the_other_ranks(tmp_path, toolcall_
 @contextlib.contextmanager
 def sglang_stand_in(model: str) -> Iterator[tuple[Any, str]]:
     """An SGLang-protocol server on loopback backed by the real tiny model (SGLang itself needs CUDA; see
-    ``test_policy_sglang.StandIn``): what rollout workers on the cluster generate with."""
-    import uvicorn
-    from test_policy_sglang import StandIn
+    ``test_policy_sglang.StandIn``): what rollout workers on the cluster generate with; yields it and HOST:PORT."""
+    from test_policy_sglang import StandIn, serving
 
     standin = StandIn(Path(model))
-    server = uvicorn.Server(uvicorn.Config(standin.app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
     try:
-        yield standin, f"127.0.0.1:{server.config.port}"
+        with serving(standin) as url:
+            yield standin, url.removeprefix("http://")
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         standin.policy.close()
 
 

@@ -170,7 +170,7 @@ class _Hinted:
 
 @pytest.mark.slow
 async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hints():
-    """The real bootstrap (cached in the default cache, so `make demo` reuses it): held-out problems,
+    """The real bootstrap, the one `make demo` trains (the family's bootstrap steps, cached): held-out problems,
     first replies, the student persona's rubric. Un-hinted the model writes mostly like an assistant;
     with a bracketed hint note it switches to the persona's style."""
     import claw_envs
@@ -184,7 +184,7 @@ async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hint
     async def personalization_eval(policy):
         return await evaluate(policy, spec, tasks, n=100, k=1, seed=0, sampling=sampling)
 
-    path = tiny.bootstrap("conversation", progress=False)
+    path = tiny.bootstrap("conversation", steps=spec.bootstrap_steps, progress=False)
     rows = tiny.demonstrations("claw/Conversation-v0", 600, seed=99)
     assert {r["persona"] for r in rows} == {"student", "teacher"}  # the model learns to follow either one's hints
     hints = sorted({r["hint"] for r in rows if r["hinted"] and r["persona"] == "student"})

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 PROBE_TIMEOUT = 5.0
 ACTOR_OPTIONS = ("num_cpus", "num_gpus", "memory")
-WORKER_POLICIES = ("sglang://",)  # policies a rollout worker can reach from its own process
 
 
 def connect(address: str) -> None:
@@ -101,15 +100,17 @@ def join_cluster(rollout: RolloutConfig) -> None:
 
 def worker_policy(p: Pipeline) -> dict[str, Any] | None:
     """``load_policy``'s arguments for rollout workers on the Ray cluster: with ``--ray-address`` and a policy they
-    can reach from their own processes (``sglang://``), else ``None`` (the agents stay in the trainer's process)."""
-    remote = p.run_cfg.policy.startswith(WORKER_POLICIES) and p._policy_arg is None
-    if p.rollout.ray_address is None or not remote:
+    can reach from their own processes (SGLang servers), else ``None`` (the agents stay in the trainer's process)."""
+    from claw_train.policy.sglang import SGLangPolicy
+
+    inner = p.policy.inner
+    if p.rollout.ray_address is None or not isinstance(inner, SGLangPolicy):
         return None
     return {
         "model": p.run_cfg.model,
-        "policy": p.run_cfg.policy,
+        "policy": "sglang://" + ",".join(url.split("://", 1)[-1] for url in inner.urls),
         "family": p.spec.name,
-        "tokenizer_path": p.policy.inner.tokenizer_path,
+        "tokenizer_path": inner.tokenizer_path,
         "retries": p.training.policy_retries,
     }
 
