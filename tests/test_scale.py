@@ -344,19 +344,22 @@ def sglang_stand_in(model: str) -> Iterator[tuple[Any, str]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize("family", ["toolcall", "conversation"])  # groups of episodes (agent track); lone episodes
 def test_claw_train_with_a_remote_policy_plays_its_episodes_on_rollout_workers_of_the_ray_cluster(
-    ray_cluster, toolcall_model, tmp_path
+    ray_cluster, toolcall_model, tmp_path, family
 ):
     from claw_train.logs import Ledger
+    from claw_train.tiny import bootstrap
 
+    model = toolcall_model if family == "toolcall" else str(bootstrap(family, steps=2, progress=False))
     before = set(ray_cluster.worker_logs(WORKER_LOG_MARK))
     out = tmp_path / "run"
-    with sglang_stand_in(toolcall_model) as (standin, address):
+    with sglang_stand_in(model) as (standin, address):
         command = [
-            str(BIN / "claw-train"), "--env", "toolcall", "--model", toolcall_model, "--policy", f"sglang://{address}",
+            str(BIN / "claw-train"), "--env", family, "--model", model, "--policy", f"sglang://{address}",
             "--publish-dir", str(tmp_path / "weights"), "--ray-address", ray_cluster.address, "--updates", "2",
-            "--samples-per-step", "4", "--rollout-workers", "2", "--report-to", "none", "--output-dir", str(out),
-            "--no-display",
+            "--samples-per-step", "4", "--rollout-workers", "2", "--max-new-tokens", "48", "--eval-every", "0",
+            "--report-to", "none", "--output-dir", str(out), "--no-display",
         ]  # fmt: skip
         proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **LAUNCH_ENV})
     output = proc.stdout + proc.stderr
