@@ -419,11 +419,20 @@ def test_a_dead_rollout_worker_costs_its_episode_as_an_infra_failure_and_is_repl
             finally:
                 await workers.aclose()
 
+    async def cannot_start() -> Any:  # a worker whose node has no such model folder: the reason reaches the run
+        policy = {"model": "m", "policy": "sglang://127.0.0.1:9", "tokenizer_path": "/nowhere/Qwen3-4B"}
+        workers = RolloutWorkers(ENV_ID, 1, env_kwargs={}, policy=policy, actor_options={"num_cpus": 0})
+        try:
+            return (await play(workers))[0]
+        finally:
+            await workers.aclose()
+
     if ray.is_initialized():
         ray.shutdown()
     connect(ray_cluster.address)
     try:
         (first, first_turns), held, (dead, dead_turns), (again, again_turns), started = asyncio.run(scenario())
+        unstarted = asyncio.run(cannot_start())
     finally:
         ray.shutdown()
     assert (first.status, first.turns, len(first_turns)) == ("ok", 2, 2)
@@ -432,3 +441,5 @@ def test_a_dead_rollout_worker_costs_its_episode_as_an_infra_failure_and_is_repl
     assert dead.status == "infra_failure" and "rollout worker failed" in dead.error and dead_turns == []
     assert (again.status, len(again_turns)) == ("ok", 2)
     assert started == 2  # a new worker replaced the dead one
+    assert unstarted.status == "infra_failure" and "'/nowhere/Qwen3-4B' does not exist" in unstarted.error
+    assert "\x1b" not in unstarted.error  # Ray's colour codes are taken out

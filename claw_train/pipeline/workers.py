@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ from claw_train.policy.base import SamplingParams
 from claw_train.records import TurnRecord
 
 CLOSE_TIMEOUT = 10.0
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @functools.cache
@@ -172,8 +174,10 @@ def _kill(actor: Any) -> None:
 
 
 def _gist(err: BaseException) -> str:
-    """The first line of Ray's message and, when it carries a traceback, its last line (the original error)."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    """The first line of Ray's message and, when it carries a traceback, its last line (the original error), without
+    the terminal colour codes Ray puts in."""
+    text = _COLOUR.sub("", str(err))
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return "no message"
     return lines[0][:300] if len(lines) == 1 else f"{lines[0][:200]} … {lines[-1][:300]}"
