@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import sys
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +258,11 @@ def options(cls: type) -> dict[str, tuple[str | None, dataclasses.Field[Any]]]:
     return table
 
 
+def _section_class(cls: type, section: str | None) -> type:
+    """The dataclass that declares the options of ``section`` (``None``: ``cls`` itself)."""
+    return cls if section is None else _section_type(next(f for f in dataclasses.fields(cls) if f.name == section))
+
+
 def _section_type(f: dataclasses.Field[Any]) -> type | None:
     factory = f.default_factory
     return factory if isinstance(factory, type) and dataclasses.is_dataclass(factory) else None
@@ -301,11 +307,13 @@ def _unknown(name: str, table: Mapping[str, Any]) -> str:
 
 
 def load_yaml(path: Path, cls: type) -> dict[str, Any]:
-    """The options in a ``--config`` YAML file, checked against ``cls``'s options."""
+    """The options in a ``--config`` YAML file, checked against ``cls``'s options and their types."""
     import yaml
 
+    from claw_train import yaml_text
+
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = yaml_text.load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(f"--config {path}: cannot read it: {err}") from None
     if not isinstance(data, dict):
@@ -316,7 +324,12 @@ def load_yaml(path: Path, cls: type) -> dict[str, Any]:
         name = str(key).replace("-", "_")
         if name == "config" or name not in table:
             raise ConfigError(f"--config {path}: {_unknown(name, table)}")
-        values[name] = value
+        section, f = table[name]
+        hints = typing.get_type_hints(_section_class(cls, section))
+        try:
+            values[name] = yaml_text.coerce(name, value, hints[f.name])
+        except ValueError as err:
+            raise ConfigError(f"--config {path}: {err}") from None
     return values
 
 
@@ -420,10 +433,8 @@ def check(args: Any) -> None:
 
 
 def yaml_values(pairs: Mapping[str, Any]) -> dict[str, Any]:
-    """KEY VALUE options (``--trainer``, ``--env-kwargs``, ``--judge-options``) with values read as YAML scalars."""
-    import yaml
+    """KEY VALUE options (``--trainer``, ``--env-kwargs``, ``--judge-options``) with values read as YAML scalars
+    (``1e-5`` is a number)."""
+    from claw_train import yaml_text
 
-    out = {}
-    for key, value in pairs.items():
-        out[key] = yaml.safe_load(value) if isinstance(value, str) else value
-    return out
+    return {key: yaml_text.load(value) if isinstance(value, str) else value for key, value in pairs.items()}

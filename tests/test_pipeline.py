@@ -389,6 +389,49 @@ def test_cli_bad_input(tmp_path, capsys):
     twice.write_text("votes: 3\n")
     fails("--env", "echo", "--config", str(twice), "--votes", "5", says="--votes is 5 on the command line but 3")
     fails("--env", "echo", "--updates", "0", says="--updates must be at least 1")
+    for text, says in (
+        ("lr: fast\n", "lr must be a number, not 'fast'"),
+        ("votes: 2.5\n", "votes must be a whole number, not 2.5"),
+        ("method: ppo\n", "method must be one of binary, opd, combined, not 'ppo'"),
+        ("eval_at: [0, soon]\n", "eval_at[1] must be a whole number, not 'soon'"),
+        ("sync: 1\n", "sync must be true or false, not 1"),
+    ):
+        typed = tmp_path / "typed.yaml"
+        typed.write_text(text)
+        fails("--env", "echo", "--config", str(typed), says=f"--config {typed}: {says}")
+
+
+def test_exponent_numbers_are_numbers_in_the_config_file_and_key_value_options(tmp_path):
+    """``1e-5`` (how papers print learning rates) is a float, not the string YAML 1.1 would make of it."""
+    from claw_train.commands.train import TrainArgs
+    from claw_train.config import load_yaml, parse, yaml_values
+    from claw_train.trainer import grpo_config
+
+    path = tmp_path / "lr.yaml"
+    path.write_text("lr: 1e-5\ntrainer: {adam_epsilon: 1E-6, warmup_steps: 2}\neval_at: [0, 4]\n")
+    trainer = {"adam_epsilon": 1e-6, "warmup_steps": 2}
+    assert load_yaml(path, TrainArgs) == {"lr": 1e-5, "trainer": trainer, "eval_at": (0, 4)}
+    got = yaml_values({"a": "3e4", "b": "-2.5E-1", "c": "1e5x", "d": "7"})
+    assert got == {"a": 3e4, "b": -0.25, "c": "1e5x", "d": 7}
+    path.write_text("lr: 1e-5\n")
+    argv = [
+        "--env",
+        "echo",
+        "--method",
+        "opd",
+        "--updates",
+        "2",
+        "--config",
+        str(path),
+        "--trainer",
+        "adam_epsilon",
+        "1E-6",
+        "max_grad_norm",
+        "5e-1",
+    ]
+    args = parse(TrainArgs, argv)
+    grpo = grpo_config(args.training, model="tiny", output_dir=tmp_path / "run", seed=0, temperature=1.0)
+    assert (grpo.learning_rate, grpo.adam_epsilon, grpo.max_grad_norm) == (1e-5, 1e-6, 0.5)
 
 
 def test_empty_queue_waits_without_spinning():
