@@ -5,7 +5,9 @@ OPD moves the policy toward what the hinted model writes, so the hinted replies 
 rubric score is the style to be learned, their correctness the arithmetic that style comes with. The hint is the one
 the trainer would see after the persona's complaint about a generic assistant-style reply (``complaint_hint``).
 Prints, per persona, the mean rubric score and the share of correct answers, both ways, on the same problems and
-sampling seeds (temperature 1, as in training).
+sampling seeds (temperature 1, as in training), and the plain replies' correctness split by style: those in the
+persona's style (rubric 1.0) and the rest. Given a trained checkpoint (``--model runs/.../checkpoint-16``) the split
+shows whether answers got worse within a style or because the policy moved to the style it does arithmetic worse in.
 
 Run: ``.venv/bin/python bench/teacher_quality.py [--personas student teacher] [--n 96] [--model PATH]``
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import statistics
 
@@ -25,7 +28,8 @@ from claw_envs.conversation.tasks import Problem
 
 
 async def measure(policy, persona_name: str, n: int, max_new_tokens: int) -> dict[str, tuple[float, float]]:
-    """Mean rubric score and share correct of ``n`` first replies, plain and hinted, per way."""
+    """Mean rubric score and share correct of ``n`` first replies, plain and hinted, per way; and the plain
+    replies' share correct and count in the persona's style (``styled``) and out of it (``other``)."""
     from claw_train.policy.base import SamplingParams
     from claw_train.policy.inprocess import render_prompt
 
@@ -47,10 +51,14 @@ async def measure(policy, persona_name: str, n: int, max_new_tokens: int) -> dic
             reply = (await policy.generate(ids, sampling)).text
             result = rubric(persona, reply, problem, work)
             results[way].append((result.score, bool(result.correct)))
-    return {
+    out = {
         way: (statistics.fmean(s for s, _ in rows), statistics.fmean(c for _, c in rows))
         for way, rows in results.items()
     }
+    for part, in_style in (("styled", True), ("other", False)):
+        rows = [c for s, c in results["plain"] if (s == 1.0) == in_style]
+        out[part] = (statistics.fmean(rows) if rows else math.nan, len(rows))
+    return out
 
 
 def main() -> None:
@@ -67,11 +75,12 @@ def main() -> None:
     policy = InProcessPolicy(resolve_model(args.model, family="conversation", progress=True))
     try:
         header = f"{'persona':>8}  {'plain: score':>12}  {'correct':>7}  {'hinted: score':>13}  {'correct':>7}"
-        print(f"{header}  (n={args.n})")
+        print(f"{header}  {'plain correct: in style':>23}  {'other':>10}  (n={args.n}, {args.model})")
         for name in args.personas:
             got = asyncio.run(measure(policy, name, args.n, args.max_new_tokens))
-            (ps, pc), (hs, hc) = got["plain"], got["hinted"]
-            print(f"{name:>8}  {ps:12.3f}  {pc:7.0%}  {hs:13.3f}  {hc:7.0%}", flush=True)
+            (ps, pc), (hs, hc), (sc, sn), (oc, on) = got["plain"], got["hinted"], got["styled"], got["other"]
+            split = f"{sc:13.0%} of {sn:>3}  {oc:4.0%} of {on:>3}"
+            print(f"{name:>8}  {ps:12.3f}  {pc:7.0%}  {hs:13.3f}  {hc:7.0%}  {split:>23}", flush=True)
     finally:
         policy.close()
 
