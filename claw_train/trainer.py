@@ -14,11 +14,13 @@ step's samples out and every rank's loss is normalised by the step's tokens: N r
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import queue
 import threading
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import use_adapter
 
+from claw_train import yaml_text
 from claw_train.batch import collate
 from claw_train.config import ConfigError, TrainingConfig, yaml_values
 from claw_train.distributed import Ranks, world_size
@@ -406,11 +409,27 @@ def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed:
     }
     if training.lr is not None:
         values["learning_rate"] = training.lr
-    values |= yaml_values(training.trainer)
+    values |= trainer_extras(training)
     try:
         return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
     except TypeError as err:
         raise ConfigError(f"--trainer: {err}") from None
+
+
+def trainer_extras(training: TrainingConfig) -> dict[str, Any]:
+    """The ``--trainer`` KEY VALUE pairs as :class:`ClawConfig` types them; an unknown name or a value of the wrong
+    type is a :class:`ConfigError` (the CLI checks them before any model loads)."""
+    extras = yaml_values(training.trainer)
+    fields = typing.get_type_hints(ClawConfig)
+    for name in extras:
+        if name not in fields:
+            close = difflib.get_close_matches(name, list(fields), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else " (GRPOConfig's fields are the options)"
+            raise ConfigError(f"--trainer: unknown option {name!r}{hint}")
+    try:
+        return yaml_text.coerce_fields(extras, ClawConfig)
+    except ValueError as err:
+        raise ConfigError(f"--trainer {err}") from None
 
 
 def lora_config(training: TrainingConfig) -> Any:

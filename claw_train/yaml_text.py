@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +30,12 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456
 def load(text: str) -> Any:
     """``text`` as YAML (safe), with ``1e-5`` read as a float."""
     return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
+
+
+def coerce_fields(values: Mapping[str, Any], cls: type) -> dict[str, Any]:
+    """``values`` as the dataclass ``cls`` types its fields (:func:`coerce`); names it lacks pass through."""
+    hints = typing.get_type_hints(cls)
+    return {name: coerce(name, v, hints[name]) if name in hints else v for name, v in values.items()}
 
 
 def coerce(name: str, value: Any, annotation: Any) -> Any:

@@ -65,3 +65,23 @@ def test_claw_envs_does_not_import_torch():
     code = "import sys, claw_envs, claw_envs.pool, claw_envs.sandbox; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("command", ["claw-train", "claw-serve"])
+@pytest.mark.parametrize(
+    ("pair", "says"),
+    [
+        (["learning_rate", "fast"], "--trainer learning_rate must be a number, not 'fast'"),
+        (["learnin_rate", "1e-5"], "--trainer: unknown option 'learnin_rate'; did you mean learning_rate?"),
+        (["num_train_epochs", "true"], "--trainer num_train_epochs must be a number, not True"),
+    ],
+)
+def test_a_bad_trainer_option_is_said_before_any_model_loads(command, pair, says, tmp_path):
+    """``--trainer KEY VALUE`` goes to TRL's GRPOConfig: a misspelt name or a wrong type stops the command at once
+    (it used to fail once the run had started, with a TypeError from inside the trainer)."""
+    argv = [str(BIN / command), "--env", "echo" if command == "claw-train" else "conversation", "--trainer", *pair]
+    argv += ["--output-dir", str(tmp_path / "run"), "--model", str(tmp_path / "no-model-here")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert says in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()

@@ -66,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from claw_train.policy.base import PolicyError
     from claw_train.serve import serve
     from claw_train.serve.server import API_KEY_ENV, api_key, check_bind
+    from claw_train.trainer import trainer_extras
 
     hf_logging.disable_progress_bar()
 
@@ -75,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     key = api_key(args.serving)
     try:
         check_bind(args.serving.host, key)  # before a model is loaded or built
-    except RunError as err:
+        trainer_extras(args.training)  # a misspelt or mistyped --trainer option too
+    except (RunError, ConfigError) as err:
         say(f"claw-serve: {err}")
         return 2
 
