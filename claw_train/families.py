@@ -62,3 +62,14 @@ def env_kwargs_for(spec: FamilySpec, rollout: RolloutConfig) -> dict[str, Any]:
 def max_turns_of(spec: FamilySpec, rollout: RolloutConfig) -> int:
     """The turn limit episodes run under: ``--max-turns``, else the env's own default."""
     return int(rollout.max_turns or claw_envs.env_class(spec.env_id).default_max_turns)
+
+
+def check_env_options(spec: FamilySpec, rollout: RolloutConfig) -> None:
+    """Build the family's env once with the run's options and close it, so one it refuses (``--persona nobody``, a
+    misspelt ``--env-kwargs`` name) is a :class:`ConfigError` before any model loads. Envs keep their heavy work
+    (containers, browsers, sandboxes) for ``reset``, so this costs next to nothing."""
+    try:
+        env = claw_envs.env_class(spec.env_id)(**env_kwargs_for(spec, rollout))
+    except (TypeError, ValueError, KeyError, OSError) as err:
+        raise ConfigError(f"--env {spec.name}: the env refuses these options: {err}") from None
+    env.close()

@@ -85,3 +85,15 @@ def test_a_bad_trainer_option_is_said_before_any_model_loads(command, pair, says
     assert out.returncode == 2, out.stdout + out.stderr
     assert says in out.stdout + out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["claw-train", "claw-eval", "claw-serve"])
+def test_an_env_option_the_env_refuses_is_said_before_any_model_loads(command, tmp_path):
+    """``--persona nobody`` used to start the run (model, evaluation) and then fail on every episode."""
+    argv = [str(BIN / command), "--env", "conversation", "--persona", "nobody", "--output-dir", str(tmp_path / "run")]
+    argv += ["--model", str(tmp_path / "no-model-here")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join((out.stdout + out.stderr).split())  # rich wraps long lines
+    assert "--env conversation: the env refuses these options: unknown persona 'nobody'" in said, said
+    assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()

@@ -389,6 +389,8 @@ def test_cli_bad_input(tmp_path, capsys):
     twice.write_text("votes: 3\n")
     fails("--env", "echo", "--config", str(twice), "--votes", "5", says="--votes is 5 on the command line but 3")
     fails("--env", "echo", "--updates", "0", says="--updates must be at least 1")
+    fails("--env", "conversation", "--persona", "nobody", says="env refuses these options: unknown persona 'nobody'")
+    fails("--env", "echo", "--env-kwargs", "nosuch", "1", says="unexpected keyword argument 'nosuch'")
     for text, says in (
         ("lr: fast\n", "lr must be a number, not 'fast'"),
         ("votes: 2.5\n", "votes must be a whole number, not 2.5"),

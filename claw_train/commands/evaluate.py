@@ -38,10 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=False)
     try:
         args = parse(EvalArgs, argv, prog="claw-eval", description=f"{EvalArgs.__doc__}\n\n{EXAMPLES}")
-        from claw_train.families import spec_for, tasks_for
+        from claw_train.families import check_env_options, spec_for, tasks_for
 
         spec = spec_for(args.run.env)
         args = resolve(args, spec, command="eval")
+        check_env_options(spec, args.rollout)
         tasks = tasks_for(spec, args.rollout.tasks, args.evaluation.eval_split)
         report = _report(args, spec, tasks, console)
     except ConfigError as err:

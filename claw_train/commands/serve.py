@@ -49,10 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse options and serve until stopped; returns the exit code."""
     try:
         args = parse(ServeArgs, argv, prog="claw-serve", description=HELP)
-        from claw_train.families import spec_for
+        from claw_train.families import check_env_options, spec_for
 
         spec = spec_for(args.run.env, personal=True)
         args = resolve(args, spec, command="serve")
+        check_env_options(spec, args.rollout)
     except ConfigError as err:
         print(f"claw-serve: {err}", file=sys.stderr)
         return 2

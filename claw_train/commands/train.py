@@ -34,10 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     try:
         args = parse(TrainArgs, argv, prog="claw-train", description=f"{TrainArgs.__doc__}\n\n{EXAMPLES}")
-        from claw_train.families import spec_for, tasks_for
+        from claw_train.families import check_env_options, spec_for, tasks_for
 
         spec = spec_for(args.run.env)
         args = resolve(args, spec, command="train")
+        check_env_options(spec, args.rollout)
         if args.rollout.tasks is not None:  # a bad task file is said before any model loads
             tasks_for(spec, args.rollout.tasks, "train")
     except ConfigError as err:
