@@ -41,7 +41,8 @@ def coerce_fields(values: Mapping[str, Any], cls: type) -> dict[str, Any]:
 def coerce(name: str, value: Any, annotation: Any) -> Any:
     """``value`` as option ``name`` of type ``annotation`` wants it; ``ValueError`` saying what was expected.
 
-    Handles ``None`` unions, bool, int, float, str, Path, Literal and tuples of those; other types pass through.
+    Handles ``None`` unions, bool, int, float, str, Path, Literal, tuples of those and mappings (whose values pass
+    through); other types pass through.
     """
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -55,9 +56,13 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
         if value not in args:
             raise ValueError(f"{name} must be one of {', '.join(map(str, args))}, not {value!r}")
         return value
-    if typing.get_origin(annotation) is tuple and isinstance(value, list | tuple):
+    if typing.get_origin(annotation) is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{name} must be a list such as [1, 2], not {value!r}")
         item = args[0] if args else Any
         return tuple(coerce(f"{name}[{i}]", v, item) for i, v in enumerate(value))
+    if typing.get_origin(annotation) is dict and not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a mapping such as {{key: value}}, not {value!r}")
     expected = {bool: "true or false", int: "a whole number", float: "a number", str: "text", Path: "a path"}
     ok = {
         bool: isinstance(value, bool),

@@ -397,6 +397,8 @@ def test_cli_bad_input(tmp_path, capsys):
         ("method: ppo\n", "method must be one of binary, opd, combined, not 'ppo'"),
         ("eval_at: [0, soon]\n", "eval_at[1] must be a whole number, not 'soon'"),
         ("sync: 1\n", "sync must be true or false, not 1"),
+        ("eval_at: 4\n", "eval_at must be a list such as [1, 2], not 4"),
+        ("trainer: 5\n", "trainer must be a mapping such as {key: value}, not 5"),
     ):
         typed = tmp_path / "typed.yaml"
         typed.write_text(text)
