@@ -412,8 +412,9 @@ def build(cls: type[Args], *, command: Literal["train", "eval", "serve"], **valu
 
 
 MINIMUM = {
-    **dict.fromkeys(("updates", "samples_per_step", "rollout_workers", "judge_workers", "group_size", "votes"), 1),
-    **dict.fromkeys(("eval_n", "eval_k", "checkpoint_every"), 1),
+    **dict.fromkeys(("updates", "rollout_workers", "judge_workers", "group_size", "votes", "in_flight_batches"), 1),
+    **dict.fromkeys(("eval_n", "eval_k", "checkpoint_every", "max_new_tokens", "max_turns", "lora_rank"), 1),
+    "samples_per_step": 2,
     **dict.fromkeys(("eval_every", "max_staleness", "policy_retries", "max_wait_for_signal"), 0),
 }
 
@@ -424,9 +425,11 @@ def check(args: Any) -> None:
     for name, low in MINIMUM.items():
         value = get(args, name) if name in table else None
         if value is not None and value < low:
-            raise ConfigError(f"--{name.replace('_', '-')} must be {'at least 1' if low else '>= 0'}, got {value}")
+            raise ConfigError(f"--{name.replace('_', '-')} must be {f'at least {low}' if low else '>= 0'}, got {value}")
     if get(args, "temperature") <= 0 and "method" in table:
         raise ConfigError(f"--temperature must be > 0 for training (log-probs need it), got {get(args, 'temperature')}")
+    if "port" in table and not 0 <= get(args, "port") <= 65535:
+        raise ConfigError(f"--port must be a TCP port, 0 to 65535 (0: any free one), got {get(args, 'port')}")
     method = get(args, "method") if "method" in table else None
     if method is not None and method not in METHODS:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")

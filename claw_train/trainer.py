@@ -88,7 +88,6 @@ class ClawConfig(GRPOConfig):
     loss_type: str = "dapo"
     lr_scheduler_type: str = "constant"
     warmup_steps: float = 0
-    num_generations: int | None = 2
     logging_steps: float = 1
     report_to: str | list[str] | None = "tensorboard"
     save_strategy: str = "steps"
@@ -113,6 +112,8 @@ class ClawConfig(GRPOConfig):
         # one generation (= one pull from the queue) per optimizer step, split into micro-batches
         self.gradient_accumulation_steps = self.samples_per_step // (self.per_device_train_batch_size * ranks)
         self.steps_per_generation = self.gradient_accumulation_steps
+        step = self.samples_per_step  # TRL takes a step's rows in groups of num_generations: any divisor of it will do
+        self.num_generations = min((d for d in range(2, step + 1) if step % d == 0), default=2)
         if not torch.cuda.is_available():
             self.use_cpu = True
             self.bf16 = False
@@ -421,11 +422,10 @@ def trainer_extras(training: TrainingConfig) -> dict[str, Any]:
     type is a :class:`ConfigError` (the CLI checks them before any model loads)."""
     extras = yaml_values(training.trainer)
     fields = typing.get_type_hints(ClawConfig)
-    for name in extras:
-        if name not in fields:
-            close = difflib.get_close_matches(name, list(fields), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else " (GRPOConfig's fields are the options)"
-            raise ConfigError(f"--trainer: unknown option {name!r}{hint}")
+    if unknown := [name for name in extras if name not in fields]:
+        close = difflib.get_close_matches(unknown[0], list(fields), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else " (GRPOConfig's fields are the options)"
+        raise ConfigError(f"--trainer: unknown option {unknown[0]!r}{hint}")
     try:
         return yaml_text.coerce_fields(extras, ClawConfig)
     except ValueError as err:

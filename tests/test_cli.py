@@ -97,3 +97,10 @@ def test_an_env_option_the_env_refuses_is_said_before_any_model_loads(command, t
     said = " ".join((out.stdout + out.stderr).split())  # rich wraps long lines
     assert "--env conversation: the env refuses these options: unknown persona 'nobody'" in said, said
     assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()
+
+
+def test_claw_serve_says_a_port_out_of_range_instead_of_a_traceback(tmp_path):
+    argv = [str(BIN / "claw-serve"), "--port", "70000", "--output-dir", str(tmp_path / "run")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--port must be a TCP port, 0 to 65535" in out.stderr, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr

@@ -391,6 +391,9 @@ def test_cli_bad_input(tmp_path, capsys):
     fails("--env", "echo", "--updates", "0", says="--updates must be at least 1")
     fails("--env", "conversation", "--persona", "nobody", says="env refuses these options: unknown persona 'nobody'")
     fails("--env", "echo", "--env-kwargs", "nosuch", "1", says="unexpected keyword argument 'nosuch'")
+    fails("--env", "echo", "--max-new-tokens", "0", says="--max-new-tokens must be at least 1, got 0")
+    fails("--env", "echo", "--max-turns", "0", says="--max-turns must be at least 1, got 0")
+    fails("--env", "echo", "--samples-per-step", "1", says="--samples-per-step must be at least 2, got 1")
     for text, says in (
         ("lr: fast\n", "lr must be a number, not 'fast'"),
         ("votes: 2.5\n", "votes must be a whole number, not 2.5"),

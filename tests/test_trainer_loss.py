@@ -413,3 +413,19 @@ def test_weights_published_to_disk_for_remote_servers(tmp_path, tokenizer):
     reloaded = AutoModelForCausalLM.from_pretrained(path)
     for name, tensor in model.state_dict().items():
         assert torch.equal(reloaded.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize("step", [5, 6])
+def test_a_step_of_any_size_trains_every_sample_once(tmp_path, tokenizer, step):
+    """TRL takes a step's rows in groups of ``num_generations``; claw's samples are not grouped, so a step of 5 (odd)
+    trains like one of 6 (TRL's default groups of 2 refused odd steps with an error once the run had started)."""
+    rng = random.Random(3)
+    source = QueueSource()
+    for i in range(step):
+        source.put(make_sample(i, rng))
+    trainer = make_trainer(
+        tmp_path, tiny_model(), tokenizer, source, samples_per_step=step, per_device_train_batch_size=step
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1 and trainer.counters["trained"] == step
+    assert source.qsize() == 0
