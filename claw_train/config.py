@@ -280,7 +280,7 @@ def replace(args: Args, **values: Any) -> Args:
     by_section: dict[str | None, dict[str, Any]] = {}
     for name, value in values.items():
         if name not in table:
-            raise ConfigError(_unknown(name, table))
+            raise ConfigError(unknown_option(name, table))
         by_section.setdefault(table[name][0], {})[name] = value
     top = by_section.pop(None, {})
     for section, changes in by_section.items():
@@ -297,9 +297,10 @@ def as_flat_dict(args: Any) -> dict[str, Any]:
     return {k: ("<set>" if v else "") if k in SECRETS else v for k, v in out.items()}
 
 
-def _unknown(name: str, table: Mapping[str, Any]) -> str:
+def unknown_option(name: str, table: Mapping[str, Any], *, otherwise: str | None = None) -> str:
+    """ "unknown option 'x'" with the closest names in ``table``; without any, ``otherwise`` (default: every name)."""
     close = difflib.get_close_matches(name, list(table), n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; valid: {', '.join(sorted(table))}"
+    hint = f"; did you mean {', '.join(close)}?" if close else otherwise or f"; valid: {', '.join(sorted(table))}"
     return f"unknown option {name!r}{hint}"
 
 
@@ -323,7 +324,7 @@ def load_yaml(path: Path, cls: type) -> dict[str, Any]:
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name == "config" or name not in table:
-            raise ConfigError(f"--config {path}: {_unknown(name, table)}")
+            raise ConfigError(f"--config {path}: {unknown_option(name, table)}")
         section, f = table[name]
         hints = typing.get_type_hints(_section_class(cls, section))
         try:

@@ -14,7 +14,6 @@ step's samples out and every rank's loss is normalised by the step's tokens: N r
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -34,7 +33,7 @@ from trl.trainer.utils import use_adapter
 
 from claw_train import yaml_text
 from claw_train.batch import collate
-from claw_train.config import ConfigError, TrainingConfig, yaml_values
+from claw_train.config import ConfigError, TrainingConfig, unknown_option, yaml_values
 from claw_train.distributed import Ranks, world_size
 from claw_train.records import TrainSample
 
@@ -423,9 +422,7 @@ def trainer_extras(training: TrainingConfig) -> dict[str, Any]:
     extras = yaml_values(training.trainer)
     fields = typing.get_type_hints(ClawConfig)
     if unknown := [name for name in extras if name not in fields]:
-        close = difflib.get_close_matches(unknown[0], list(fields), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else " (GRPOConfig's fields are the options)"
-        raise ConfigError(f"--trainer: unknown option {unknown[0]!r}{hint}")
+        raise ConfigError(f"--trainer: {unknown_option(unknown[0], fields, otherwise=' (any GRPOConfig field)')}")
     try:
         return yaml_text.coerce_fields(extras, ClawConfig)
     except ValueError as err:
