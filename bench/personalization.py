@@ -51,6 +51,7 @@ def run_one(args: argparse.Namespace, persona: str, method: str, seed: int) -> d
         f"eval_at: {points}\neval_n: {args.eval_n}\neval_seed: {args.eval_seed}\nreport_to: none\n"
         + (f"trainer: {trainer}\n" if (trainer := trainer_options(args)) else "")
         + (f"temperature: {args.temperature}\n" if args.temperature is not None else "")
+        + (f"replay: {args.replay}\n" if args.replay is not None else "")
     )
     cmd = [
         CLAW_TRAIN, "--env", "conversation", "--persona", persona, "--model", args.model, "--method", method,
@@ -175,6 +176,9 @@ def main() -> None:
     parser.add_argument("--beta", type=float, default=None, help="KL coefficient (default: preset)")
     parser.add_argument(
         "--temperature", type=float, default=None, help="sampling temperature of rollouts and evaluations (default: 1)"
+    )
+    parser.add_argument(
+        "--replay", type=float, default=None, help="weight of the replayed demonstrations (default: the family's, 1)"
     )
     parser.add_argument("--out", type=Path, default=Path("runs/bench-personalization"))
     parser.add_argument("--rerun", action="store_true", help="ignore finished and interrupted runs found in --out")

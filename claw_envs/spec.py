@@ -52,6 +52,9 @@ class TrainingDefaults:
     """Episodes (personal track) or groups (agent track) in flight at once."""
     eval_every: int = 0
     """claw-train: held-out evaluation every N updates (0: never)."""
+    replay: float = 0.0
+    """Tiny models: weight of the supervised loss on the family's own demonstrations added to every update
+    (``claw_train.replay``), which keeps what the bootstrap taught while the updates move the policy."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ A field whose default is ``None`` takes the env family's value (its :class:`~cla
 command's, as its doc says; :func:`resolve` fills them in. ``--config file.yaml`` holds any option by its
 underscored name (``votes: 3``, ``judge_options: {timeout: 30}``); giving an option both there and on the
 command line with different values is an error. The trainer's ``GRPOConfig`` is built from
-:class:`TrainingConfig` by :func:`claw_train.trainer.grpo_config`.
+:class:`TrainingConfig` by :func:`claw_train.trainer_options.grpo_config`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import tyro
+
+from claw_train.presets import preset_for
 
 if TYPE_CHECKING:
     from claw_envs import FamilySpec
@@ -141,6 +143,11 @@ class TrainingConfig:
     publish_dir: Path | None = None
     """Remote policies (sglang://): each version's weights are written here for the servers to load; a path
     they read at the same name (shared storage). None: <output-dir>/weights."""
+    replay: float | None = None
+    """Weight of a supervised loss on replayed demonstrations in every update (keeps skills); None: 1 with
+    --replay-data, else the family's for tiny models (conversation: 1), else 0."""
+    replay_data: Path | None = None
+    """JSONL rows {"messages": [...], "completion": "..."} to replay; None: the family's demonstrations (tiny)."""
     trainer: dict[str, str] = field(default_factory=dict)
     """Further GRPOConfig fields, KEY VALUE pairs (values read as YAML scalars)."""
 
@@ -381,17 +388,15 @@ def _normalised(value: Any) -> Any:
 def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "serve"]) -> Args:
     """``args`` with every ``None`` default filled in from the family's spec and the command, checked."""
     fam = spec.training
-    values: dict[str, Any] = {
-        "max_new_tokens": fam.max_new_tokens,
-        "max_turns": fam.max_turns,
-        "rollout_workers": fam.rollout_workers,
-    }
+    values: dict[str, Any] = {"max_new_tokens": fam.max_new_tokens, "max_turns": fam.max_turns}
+    values["rollout_workers"] = fam.rollout_workers
     if command != "eval":
         values |= {
             "method": fam.method,
             "group_size": fam.group_size,
             "updates": TRAIN_UPDATES if command == "train" else 1_000_000,
             "max_staleness": TRAIN_STALENESS if command == "train" else SERVE_STALENESS,
+            "replay": 1.0 if args.training.replay_data else fam.replay if preset_for(args.run.model) == "tiny" else 0.0,
         }
     if command == "train":
         values["eval_every"] = fam.eval_every
@@ -416,7 +421,7 @@ MINIMUM = {
     **dict.fromkeys(("updates", "rollout_workers", "judge_workers", "group_size", "votes", "in_flight_batches"), 1),
     **dict.fromkeys(("eval_n", "eval_k", "checkpoint_every", "max_new_tokens", "max_turns", "lora_rank"), 1),
     "samples_per_step": 2,
-    **dict.fromkeys(("eval_every", "max_staleness", "policy_retries", "max_wait_for_signal"), 0),
+    **dict.fromkeys(("eval_every", "max_staleness", "policy_retries", "max_wait_for_signal", "replay"), 0),
 }
 
 

@@ -1,7 +1,8 @@
 """ClawTrainer: TRL's GRPOTrainer fed from a queue of ready samples.
 
 TRL keeps the clipped surrogate (``_compute_loss``: asymmetric clip ε_low/ε_high, ``dapo`` token
-normalisation, KL coefficient 0); ClawTrainer replaces only *sample production*. Each optimizer step
+normalisation, KL coefficient 0); ClawTrainer replaces *sample production*, and with a :class:`Replay` adds
+its weighted supervised loss on demonstrations to TRL's (``--replay``). Each optimizer step
 it pulls ``samples_per_step`` ready :class:`~claw_train.records.TrainSample`s from a
 :class:`SampleSource`, drops those staler than ``max_staleness`` policy versions, and hands TRL
 left-padded prompts, right-padded completions, ``(B, T)`` per-token advantages and the behaviour
@@ -14,12 +15,9 @@ step's samples out and every rank's loss is normalised by the step's tokens: N r
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import queue
 import threading
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,38 +29,11 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import use_adapter
 
-from claw_train import yaml_text
 from claw_train.batch import collate
-from claw_train.config import ConfigError, TrainingConfig, unknown_option, yaml_values
 from claw_train.distributed import Ranks, world_size
+from claw_train.presets import PRESETS, preset_for
 from claw_train.records import TrainSample
-
-# Per-model optimiser presets. The paper's Qwen3-4B run: lr 1e-5, weight decay 0.1, Adam β2 0.98.
-PRESETS: dict[str, dict[str, Any]] = {
-    "qwen3-4b": {"learning_rate": 1e-5, "weight_decay": 0.1, "adam_beta2": 0.98},
-    # The ~1M-parameter CPU model (student persona, combined, 16 updates from 0.23): lr 3e-4 reached 0.30,
-    # 6e-4 0.48-0.65, 1e-3 0.55 with invalid replies creeping in. The README's results table has the measured runs.
-    "tiny": {"learning_rate": 6e-4, "weight_decay": 0.0, "adam_beta2": 0.98, "max_grad_norm": 1.0},
-}
-
-
-TINY_HIDDEN_SIZE = 512  # models this narrow get the tiny preset
-
-
-def preset_for(model: str | Path) -> str:
-    """The preset for a model spec: ``tiny`` for the CPU model (by name, or a local model this narrow), else the
-    paper's Qwen3-4B numbers."""
-    if str(model) == "tiny":
-        return "tiny"
-    config = Path(model).expanduser() / "config.json"
-    if config.is_file():
-        try:
-            hidden = json.loads(config.read_text()).get("hidden_size")
-        except ValueError:
-            hidden = None
-        if isinstance(hidden, int) and hidden <= TINY_HIDDEN_SIZE:
-            return "tiny"
-    return "qwen3-4b"
+from claw_train.replay import Replay
 
 
 @dataclass
@@ -184,6 +155,7 @@ class ClawTrainer(GRPOTrainer):
         peft_config: Any = None,
         callbacks: list[TrainerCallback] | None = None,
         ranks: Ranks | None = None,
+        replay: Replay | None = None,
     ):
         from datasets import Dataset
 
@@ -201,6 +173,7 @@ class ClawTrainer(GRPOTrainer):
         self.remove_callback(PrinterCallback)  # the pipeline has its own display; metrics go to report_to
         self.source = source
         self.ranks = ranks
+        self.replay = replay
         self.pad_token_id = int(self._tokenizer.pad_token_id)
         self.current_batch: list[TrainSample] = []
         self.current_dropped: list[TrainSample] = []
@@ -227,6 +200,15 @@ class ClawTrainer(GRPOTrainer):
             batch["ref_per_token_logps"] = self._reference_logps(batch)
         self._record_batch_metrics(samples, len(stale), len(invalid))
         return batch
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> torch.Tensor:
+        """TRL's loss, plus ``replay.coef`` times the supervised loss on a batch of replayed demonstrations."""
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        if self.replay is None:
+            return loss
+        replayed = self.replay.loss(model)
+        self._metrics["train"]["claw/replay_loss"].append(replayed.item())
+        return loss + self.replay.coef * replayed
 
     @torch.no_grad()
     def _reference_logps(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -387,61 +369,3 @@ class WeightPublisher(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         self._send(model, state.global_step)
-
-
-def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed: int, temperature: float) -> Any:
-    """The trainer's :class:`~claw_train.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
-    options, then ``--trainer`` extras. TensorBoard writes to ``<output_dir>/tensorboard``."""
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(output_dir / "tensorboard")
-    values: dict[str, Any] = {
-        "method": training.method,
-        "w_rl": training.w_rl,
-        "w_opd": training.w_opd,
-        "prm_c": training.prm_c,
-        "max_staleness": training.max_staleness,
-        "samples_per_step": training.samples_per_step,
-        "per_device_train_batch_size": training.samples_per_step // world_size(),
-        "temperature": temperature,
-        "max_steps": training.updates,
-        "save_steps": training.checkpoint_every,
-        "report_to": training.report_to,
-        "seed": seed,
-    }
-    if training.lr is not None:
-        values["learning_rate"] = training.lr
-    values |= trainer_extras(training)
-    try:
-        return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
-    except TypeError as err:
-        raise ConfigError(f"--trainer: {err}") from None
-
-
-def trainer_extras(training: TrainingConfig) -> dict[str, Any]:
-    """The ``--trainer`` KEY VALUE pairs as :class:`ClawConfig` types them; an unknown name or a value of the wrong
-    type is a :class:`ConfigError` (the CLI checks them before any model loads)."""
-    extras = yaml_values(training.trainer)
-    fields = typing.get_type_hints(ClawConfig)
-    if unknown := [name for name in extras if name not in fields]:
-        raise ConfigError(f"--trainer: {unknown_option(unknown[0], fields, otherwise=' (any GRPOConfig field)')}")
-    try:
-        return yaml_text.coerce_fields(extras, ClawConfig)
-    except ValueError as err:
-        raise ConfigError(f"--trainer {err}") from None
-
-
-def lora_config(training: TrainingConfig) -> Any:
-    """PEFT's ``LoraConfig`` for ``--lora`` (None without it)."""
-    if not training.lora:
-        return None
-    from peft import LoraConfig
-
-    targets: str | list[str] = training.lora_targets
-    if targets != "all-linear":
-        targets = [t.strip() for t in targets.split(",") if t.strip()]
-    return LoraConfig(
-        r=training.lora_rank,
-        lora_alpha=training.lora_alpha,
-        lora_dropout=0.0,
-        target_modules=targets,
-        task_type="CAUSAL_LM",
-    )

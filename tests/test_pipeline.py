@@ -104,6 +104,9 @@ def test_conversation_cli_end_to_end(models, tmp_path):
     assert list((out / "tensorboard").rglob("events.out.tfevents*")), "no TensorBoard events under the run folder"
     run_cfg = json.loads((out / "run.json").read_text())
     assert run_cfg["method"] == "combined" and run_cfg["persona"] == "student"
+    assert run_cfg["replay"] == 1.0  # the family's default for a tiny model: its hinted demonstrations rehearsed
+    history = json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    assert [h["claw/replay_loss"] > 0 for h in history if "loss" in h] == [True, True]
 
 
 @pytest.mark.parametrize(("family", "extra"), [("toolcall", {"max_turns": 2}), ("echo", {"sync": True, "lora": True})])
@@ -412,7 +415,7 @@ def test_exponent_numbers_are_numbers_in_the_config_file_and_key_value_options(t
     """``1e-5`` (how papers print learning rates) is a float, not the string YAML 1.1 would make of it."""
     from claw_train.commands.train import TrainArgs
     from claw_train.config import load_yaml, parse, yaml_values
-    from claw_train.trainer import grpo_config
+    from claw_train.trainer_options import grpo_config
 
     path = tmp_path / "lr.yaml"
     path.write_text("lr: 1e-5\ntrainer: {adam_epsilon: 1E-6, warmup_steps: 2}\neval_at: [0, 4]\n")

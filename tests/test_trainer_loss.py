@@ -145,6 +145,41 @@ def test_loss_equals_hand_written_asymmetric_clip_ppo(tmp_path, tokenizer, tempe
     assert min(ratios) < 0.8 and max(ratios) > 1.28
 
 
+def test_replay_adds_its_weighted_cross_entropy_to_the_loss_and_moves_the_weights(tmp_path, tokenizer):
+    """``--replay C``: the step's loss is TRL's plus C times the demonstrations' completion cross-entropy (by hand)."""
+    from claw_train.replay import Replay
+
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    rows = [{"messages": [{"role": "user", "content": "t5 t6 t7"}], "completion": "t9 t10"}]
+    model = tiny_model()
+    rng = random.Random(3)
+    source = QueueSource()
+    samples = [make_sample(i, rng) for i in range(4)]
+    for s in samples:
+        s.turn.logprobs = completion_logprobs(model, s.turn.prompt_ids, s.turn.completion_ids)
+        source.put(s)
+    trainer = make_trainer(tmp_path, model, tokenizer, source)
+    trainer.replay = Replay(rows, tokenizer, coef=2.0)
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer.compute_loss(trainer.model, trainer._prepare_inputs([{"prompt": ""}] * 4))
+    replayed = -sum(completion_logprobs(model, [5, 6, 7], [9, 10, EOS])) / 3
+    assert loss.item() == pytest.approx(hand_ppo_loss(model, samples, 1.0).item() + 2.0 * replayed, abs=1e-5)
+    assert trainer._metrics["train"]["claw/replay_loss"] == [pytest.approx(replayed, abs=1e-5)]
+    model = tiny_model()
+    before = completion_logprobs(model, [5, 6, 7], [9, 10, EOS])
+    source = QueueSource()
+    for i in range(8):  # advantages 0: the replay term alone moves the weights
+        sample = make_sample(i, rng)
+        sample.advantages = [0.0] * len(sample.turn.completion_ids)
+        source.put(sample)
+    trainer = make_trainer(tmp_path, model, tokenizer, source, max_steps=2)
+    trainer.replay = Replay(rows, tokenizer, coef=1.0)
+    trainer.train()
+    assert trainer.counters["trained"] == 8
+    assert sum(completion_logprobs(model, [5, 6, 7], [9, 10, EOS])) > sum(before) + 0.01
+
+
 def test_collate_pads_prompts_left_and_completions_right():
     rng = random.Random(0)
     a, b = make_sample(0, rng, prompt=[5, 6]), make_sample(1, rng, prompt=[7, 8, 9, 10])

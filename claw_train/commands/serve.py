@@ -65,9 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from claw_train.pipeline import RunError
     from claw_train.policy.base import PolicyError
+    from claw_train.replay import replay_rows
     from claw_train.serve import serve
     from claw_train.serve.server import API_KEY_ENV, api_key, check_bind
-    from claw_train.trainer import trainer_extras
+    from claw_train.trainer_options import trainer_extras
 
     hf_logging.disable_progress_bar()
 
@@ -78,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_bind(args.serving.host, key)  # before a model is loaded or built
         trainer_extras(args.training)  # a misspelt or mistyped --trainer option too
+        replay_rows(args.training, spec, args.run.model)  # a missing or malformed --replay-data file
     except (RunError, ConfigError) as err:
         say(f"claw-serve: {err}")
         return 2

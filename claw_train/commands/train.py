@@ -60,12 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from claw_train.distributed import process_rank
     from claw_train.pipeline.cluster import join_cluster
     from claw_train.pipeline.ranks import refuse_sharded_weights
-    from claw_train.trainer import trainer_extras
+    from claw_train.replay import replay_rows
+    from claw_train.trainer_options import trainer_extras
 
     model_path = None
     try:
         refuse_sharded_weights()  # said before any model loads, like a --ray-address without a cluster
         trainer_extras(args.training)  # a misspelt or mistyped --trainer option too
+        replay_rows(args.training, spec, args.run.model)  # a missing or malformed --replay-data file
         if process_rank() == 0:
             join_cluster(args.rollout)
         if args.run.model == "tiny" and process_rank() == 0:  # under accelerate launch, rank 0 tells the others

@@ -128,7 +128,9 @@ class TrainerThread:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from claw_train.trainer import ClawTrainer, WeightPublisher, grpo_config, lora_config
+        from claw_train.replay import Replay, replay_rows
+        from claw_train.trainer import ClawTrainer, WeightPublisher
+        from claw_train.trainer_options import grpo_config, lora_config
 
         p = self.p
         model_spec = "tiny" if p.run_cfg.model == "tiny" else p.model_path
@@ -141,6 +143,8 @@ class TrainerThread:
         to_disk = None if p.run_cfg.policy == "inprocess" else (p.training.publish_dir or p.out / "weights")
         callbacks = [WeightPublisher(self._publish, to_disk=to_disk), _glue_callback(self)] if lead else []
         feed = SampleFeed(p.sample_q, p.loop, p.closed, on_take=lambda: p.free(1))
+        rows = replay_rows(p.training, p.spec, p.run_cfg.model)
+        replay = Replay(rows, tokenizer, coef=p.training.replay or 0.0, seed=p.run_cfg.seed) if rows else None
         return ClawTrainer(
             model,
             args,
@@ -149,6 +153,7 @@ class TrainerThread:
             peft_config=lora_config(p.training),
             callbacks=callbacks,
             ranks=p.link.ranks,
+            replay=replay,
         )
 
     def _publish(self, weights: Any, version: int) -> None:

@@ -1,0 +1,72 @@
+"""claw's run options as the trainer's configs: :func:`grpo_config` (a :class:`~claw_train.trainer.ClawConfig`),
+the ``--trainer`` extras and PEFT's ``LoraConfig``."""
+
+from __future__ import annotations
+
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+from claw_train import yaml_text
+from claw_train.config import ConfigError, TrainingConfig, unknown_option, yaml_values
+from claw_train.distributed import world_size
+from claw_train.trainer import ClawConfig
+
+
+def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed: int, temperature: float) -> Any:
+    """The trainer's :class:`~claw_train.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
+    options, then ``--trainer`` extras. TensorBoard writes to ``<output_dir>/tensorboard``."""
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(output_dir / "tensorboard")
+    values: dict[str, Any] = {
+        "method": training.method,
+        "w_rl": training.w_rl,
+        "w_opd": training.w_opd,
+        "prm_c": training.prm_c,
+        "max_staleness": training.max_staleness,
+        "samples_per_step": training.samples_per_step,
+        "per_device_train_batch_size": training.samples_per_step // world_size(),
+        "temperature": temperature,
+        "max_steps": training.updates,
+        "save_steps": training.checkpoint_every,
+        "report_to": training.report_to,
+        "seed": seed,
+    }
+    if training.lr is not None:
+        values["learning_rate"] = training.lr
+    values |= trainer_extras(training)
+    try:
+        return ClawConfig.for_model(model, output_dir / "checkpoints", **values)
+    except TypeError as err:
+        raise ConfigError(f"--trainer: {err}") from None
+
+
+def trainer_extras(training: TrainingConfig) -> dict[str, Any]:
+    """The ``--trainer`` KEY VALUE pairs as :class:`ClawConfig` types them; an unknown name or a value of the wrong
+    type is a :class:`ConfigError` (the CLI checks them before any model loads)."""
+    extras = yaml_values(training.trainer)
+    fields = typing.get_type_hints(ClawConfig)
+    if unknown := [name for name in extras if name not in fields]:
+        raise ConfigError(f"--trainer: {unknown_option(unknown[0], fields, otherwise=' (any GRPOConfig field)')}")
+    try:
+        return yaml_text.coerce_fields(extras, ClawConfig)
+    except ValueError as err:
+        raise ConfigError(f"--trainer {err}") from None
+
+
+def lora_config(training: TrainingConfig) -> Any:
+    """PEFT's ``LoraConfig`` for ``--lora`` (None without it)."""
+    if not training.lora:
+        return None
+    from peft import LoraConfig
+
+    targets: str | list[str] = training.lora_targets
+    if targets != "all-linear":
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    return LoraConfig(
+        r=training.lora_rank,
+        lora_alpha=training.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
