@@ -70,18 +70,18 @@ def make_samples(n: int) -> list[TrainSample]:
     return samples
 
 
-def run_alone(model: Path, samples: Path, out: Path) -> None:
+def run_alone(model: Path, samples: Path, out: Path, replay: bool) -> None:
     spec = importlib.util.spec_from_file_location("update_worker", WORKER)
     worker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(worker)
-    worker.update(model, samples, out)
+    worker.update(model, samples, out, replay=replay)
 
 
-def run_two_ranks(model: Path, samples: Path, out: Path) -> None:
+def run_two_ranks(model: Path, samples: Path, out: Path, replay: bool) -> None:
     command = [
         str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        str(WORKER), str(model), str(samples), str(out),
+        str(WORKER), str(model), str(samples), str(out), *(["replay"] if replay else []),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
@@ -89,14 +89,15 @@ def run_two_ranks(model: Path, samples: Path, out: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_two_gloo_processes_make_the_one_process_update(tmp_path):
+@pytest.mark.parametrize("replay", [False, True], ids=["rl", "rl+replay"])
+def test_two_gloo_processes_make_the_one_process_update(tmp_path, replay):
     model, samples_file = tmp_path / "model", tmp_path / "samples.pkl"
     save_tiny_model(model)
     samples = make_samples(SAMPLES)
     samples_file.write_bytes(pickle.dumps(samples))
 
-    run_alone(model, samples_file, tmp_path / "one")
-    run_two_ranks(model, samples_file, tmp_path / "two")
+    run_alone(model, samples_file, tmp_path / "one", replay)
+    run_two_ranks(model, samples_file, tmp_path / "two", replay)
 
     rows = {(tuple(s.turn.prompt_ids), tuple(s.turn.completion_ids)) for s in samples}
     alone = [tuple(map(tuple, r)) for r in json.loads((tmp_path / "one" / "rank0.json").read_text())]
@@ -112,6 +113,9 @@ def test_two_gloo_processes_make_the_one_process_update(tmp_path):
 
     before = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
     assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) > 0
+    assert (one["replayed"] is not None) == (two["replayed"] is not None) == replay
+    if replay:  # every rank replayed the same rows: the averaged loss is the one process's
+        assert two["replayed"] == pytest.approx(one["replayed"], rel=1e-5)
     for name, grad in one["grads"].items():
         assert torch.allclose(two["grads"][name], grad, rtol=1e-4, atol=1e-6), name
     moved = max((one["weights"][k] - before[k]).abs().max().item() for k in before)
