@@ -49,8 +49,6 @@ def replay_rows(training: TrainingConfig, spec: FamilySpec, model: str) -> list[
     """The rows ``--replay`` rehearses (None when it is off); a :class:`ConfigError` says why there are none."""
     if not training.replay:
         return None
-    if training.replay < 0:
-        raise ConfigError(f"--replay must be >= 0 (0: off), got {training.replay}")
     if training.replay_data is not None:
         return read_rows(training.replay_data)
     if preset_for(model) != "tiny":
