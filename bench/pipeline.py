@@ -41,11 +41,14 @@ def judge_server(delay: float, slots: int) -> tuple[ThreadingHTTPServer, str, di
             message = {"role": "assistant", "content": f"The user complained.\n{HINT}\n\\boxed{{-1}}"}
             choice = {"index": 0, "finish_reason": "stop", "message": message}
             body = json.dumps({"id": "b", "object": "chat.completion", "model": "judge", "choices": [choice]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the run stopped with this request in flight and closed its connection
 
         def log_message(self, *args: object) -> None:
             pass

@@ -20,11 +20,12 @@ from typing import Any
 from claw_envs import FamilySpec
 from claw_train.config import ConfigError, TrainingConfig
 from claw_train.presets import preset_for
+from claw_train.tiny import BootstrapSettings, NoDemonstrations, demonstrations
 from claw_train.tiny_sft import batches, collate, encode_example
 
 FAMILY_ROWS = 2000  # demonstrations drawn from the family (the conversation family keeps its ~800 hinted ones)
 BATCH_SIZE = 8  # replayed rows per update
-MAX_LENGTH = 768  # tokens per row, as in the bootstrap
+MAX_LENGTH = BootstrapSettings.max_length  # tokens per row, as in the bootstrap
 
 
 class Replay:
@@ -33,7 +34,7 @@ class Replay:
     def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, *, coef: float, seed: int = 0):
         encoded = [r for row in rows if (r := encode_example(tokenizer, row, MAX_LENGTH))]
         if not encoded:
-            raise ConfigError(f"--replay-data: no row's completion fits in {MAX_LENGTH} tokens")
+            raise ConfigError(f"--replay: no replayed row's completion fits in {MAX_LENGTH} tokens")
         self.coef = coef
         self.pad_id = int(tokenizer.pad_token_id)
         self._batches = batches(encoded, BATCH_SIZE, random.Random(seed))
@@ -56,8 +57,6 @@ def replay_rows(training: TrainingConfig, spec: FamilySpec, model: str) -> list[
                           "model replays the family's demonstrations: it was bootstrapped on them)")  # fmt: skip
     if spec.bootstrap == "none":
         raise ConfigError(f"--replay: the {spec.name} family has no demonstrations to replay; give --replay-data FILE")
-    from claw_train.tiny import NoDemonstrations, demonstrations
-
     try:
         rows = demonstrations(spec.env_id, FAMILY_ROWS, seed=1)
     except NoDemonstrations as err:
