@@ -13,11 +13,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from claw_train.advantages import StepReward, method_advantages, step_index_normalise
+from claw_train.advantages import MethodSettings, StepReward, group_scores
 from claw_train.logs import VersionedLog
 from claw_train.metrics import Stats
 from claw_train.policy.base import Policy, PolicyError
 from claw_train.records import TrainSample, TurnRecord
+from judges.base import Judge
 
 
 class SampleMaker:
@@ -31,25 +32,21 @@ class SampleMaker:
     def __init__(
         self,
         *,
-        method: str,
-        judge: Any,
+        settings: MethodSettings,
+        judge: Judge,
         policy: Policy | None,
         stats: Stats,
         log: VersionedLog,
         attempt: int = 0,
-        w_rl: float = 1.0,
-        w_opd: float = 1.0,
-        prm_c: float = 1.0,
         temperature: float = 1.0,
         fatal: Callable[[PolicyError], bool] = lambda err: False,
     ):
-        self.method = method
+        self.settings = settings
         self.judge = judge
         self.policy = policy
         self.stats = stats
         self.log = log
         self.attempt = attempt
-        self.w_rl, self.w_opd, self.prm_c = w_rl, w_opd, prm_c
         self.temperature = temperature
         self.fatal = fatal
         self._sample_no = 0
@@ -64,10 +61,10 @@ class SampleMaker:
 
     async def _teacher_logprobs(self, turn: TurnRecord, hint: str | None) -> list[float] | None:
         """``log π(a_t | s + hint)`` over the turn's generated tokens (a prefill on the serving policy)."""
-        if hint is None or self.method == "binary":
+        if hint is None or not self.settings.uses_hints:
             return None
         from claw_envs.core import hinted_messages
-        from claw_train.policy.inprocess import render_prompt
+        from claw_train.policy.render import render_prompt
 
         try:
             ids = render_prompt(
@@ -106,14 +103,8 @@ class SampleMaker:
             teacher = await self._teacher_logprobs(turn, hint)
         adv = None
         if reason is None:
-            adv = method_advantages(
-                self.method,
-                len(turn.completion_ids),
-                score=score,
-                teacher_logprobs=teacher,
-                old_logprobs=turn.logprobs,
-                w_rl=self.w_rl,
-                w_opd=self.w_opd,
+            adv = self.settings.advantages(
+                len(turn.completion_ids), score=score, teacher_logprobs=teacher, old_logprobs=turn.logprobs
             )
             if adv is None:
                 reason = "judge_unavailable" if judgement is not None and not judgement.available else "no_signal"
@@ -126,7 +117,7 @@ class SampleMaker:
         judgements = await asyncio.gather(
             *(self._judgement(t) if r is None else _none() for t, r in zip(turns, reasons, strict=True))
         )
-        steps, where = [], []
+        steps: list[StepReward | None] = []
         k = 0
         for ep in episodes:
             outcome = next(
@@ -138,12 +129,12 @@ class SampleMaker:
                     self._count_judgement(j)
                 if reasons[k] is None and (j is None or not j.available):
                     reasons[k] = "judge_unavailable" if j is not None else "judge_error"
-                if reasons[k] is None:
-                    steps.append(StepReward(t.group_id, t.step_index, float(outcome or 0.0), float(j.score)))
-                    where.append(k)
+                judged = reasons[k] is None
+                steps.append(
+                    StepReward(t.group_id, t.step_index, float(outcome or 0.0), float(j.score)) if judged else None
+                )
                 k += 1
-        normalised = step_index_normalise(steps, c=self.prm_c)
-        norm = dict(zip(where, normalised, strict=True))
+        norm = group_scores(steps, c=self.settings.prm_c)
         hints = [j.hint if j is not None and j.hint_available else None for j in judgements]
         teachers = await asyncio.gather(
             *(
@@ -155,14 +146,8 @@ class SampleMaker:
         for k, t in enumerate(turns):
             adv = None
             if reasons[k] is None:
-                adv = method_advantages(
-                    self.method,
-                    len(t.completion_ids),
-                    score=norm.get(k),
-                    teacher_logprobs=teachers[k],
-                    old_logprobs=t.logprobs,
-                    w_rl=self.w_rl,
-                    w_opd=self.w_opd,
+                adv = self.settings.advantages(
+                    len(t.completion_ids), score=norm[k], teacher_logprobs=teachers[k], old_logprobs=t.logprobs
                 )
                 if adv is None:
                     reasons[k] = "no_signal"
@@ -187,7 +172,7 @@ class SampleMaker:
             if reason is None:
                 self._sample_no += 1
                 sample_id = f"a{self.attempt}-{self._sample_no:07d}"
-                out.append(TrainSample(turn, adv, self.method, score=score, hint=hint, sample_id=sample_id))
+                out.append(TrainSample(turn, adv, self.settings.method, score=score, hint=hint, sample_id=sample_id))
                 self.stats.add("samples")
             else:
                 self.stats.mask(reason)

@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from claw_train.config import ConfigError, EvalArgs, parse, resolve
+from claw_train.argv import parse
+from claw_train.config import ConfigError, EvalArgs, resolve
 from claw_train.progress import Progress
 
 EXAMPLES = """\
