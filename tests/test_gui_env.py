@@ -30,7 +30,7 @@ def env():
 
 @pytest.fixture(scope="module")
 def miniwob():
-    e = GUIEnv(task_dir=str(FIXTURES), step_timeout=4.0)
+    e = GUIEnv(tasks=str(FIXTURES), step_timeout=4.0)
     yield e
     e.close()
 

@@ -44,8 +44,8 @@ from claw_envs.core import (
 from claw_envs.gui.actions import ActionError, Op, ParsedAction, parse
 from claw_envs.gui.screen import Screen
 from claw_envs.gui.signals import PASSIVE_OPS, StepSignal, screen_text, step_signal, verdict
-from claw_envs.gui.tasks import APPS, DEFAULT_MAX_STEPS, builtin_tasks, check, load_tasks, resolve_step
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.gui.tasks import APPS, DEFAULT_MAX_STEPS, builtin_tasks, check, resolve_step
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 SYSTEM_PROMPT = """\
 You operate a screen to do a task. Each turn you see the screen as a tree: one element per line, \
@@ -59,26 +59,23 @@ When the task is finished reply DONE (FAIL if it cannot be done). You have {step
 class GUIEnv(ClawEnv):
     """GUI tasks on a real browser or desktop; see the module docstring for observations and signals.
 
-    ``task_dir`` reads a folder of MiniWoB++-style pages instead of the built-in tasks (each task names its
-    backend, ``browser`` or ``desktop``); ``viewport`` is the screen size; ``step_timeout`` the deadline of any
-    one browser or desktop call (past it the page counts as hung: ``browser_failure``).
+    ``tasks`` may be a folder of MiniWoB++-style pages (:mod:`.miniwob`) instead of the built-in tasks (each task
+    names its backend, ``browser`` or ``desktop``); ``viewport`` is the screen size; ``step_timeout`` the deadline
+    of any one browser or desktop call (past it the page counts as hung: ``browser_failure``).
     """
 
     default_max_turns = DEFAULT_MAX_STEPS
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         split: str = "train",
         max_turns: int | None = None,
         render_mode: str | None = None,
-        task_dir: str | None = None,
         viewport: tuple[int, int] = (800, 600),
         step_timeout: float = 20.0,
     ):
-        if tasks is None and task_dir is not None:
-            tasks = load_tasks(task_dir, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self._fixed_max_turns = max_turns
         self.viewport = (int(viewport[0]), int(viewport[1]))

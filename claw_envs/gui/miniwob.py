@@ -1,6 +1,6 @@
 """MiniWoB++ pages as GUI tasks, read the way BrowserGym reads them.
 
-Point the env at a folder of MiniWoB++-style pages (``GUIEnv(task_dir=...)``, ``claw-train --env gui --tasks
+Point the env at a folder of MiniWoB++-style pages (``GUIEnv(tasks=DIR)``, ``claw-train --env gui --tasks
 DIR``): every ``*.html`` in it is a task. A page is opened from ``file://`` (its ``../core/`` scripts load from
 the folder above when the folder is MiniWoB's ``html/miniwob``), its episode is started with
 ``core.startEpisodeReal()``, and the instruction is the text of ``#query``. After every action the page's own
