@@ -23,6 +23,7 @@ is gone is rebuilt.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -65,8 +66,9 @@ class InstanceEnv:
     pythonpath: tuple[str, ...]
 
 
+@functools.cache
 def interpreter_version(python: str) -> str:
-    """``sys.version`` of ``python`` (this process's own when it is ``sys.executable``)."""
+    """``sys.version`` of ``python`` (this process's own when it is ``sys.executable``; asked once per process)."""
     if python == sys.executable:
         return sys.version
     try:
@@ -113,7 +115,7 @@ def instance_env(
 
 
 def _usable(link: Path) -> bool:
-    """A published environment whose record is there and whose interpreter still runs from its path."""
+    """A published environment whose record is there and whose interpreter is still where its link points."""
     return (link / RECORD).is_file() and (link / "venv" / "bin" / "python").exists()
 
 
