@@ -9,7 +9,7 @@ from typing import Any
 import claw_envs
 from claw_envs import FamilySpec
 from claw_envs.spec import resolve
-from claw_envs.tasks import TaskSource
+from claw_envs.tasks import TaskSource, TaskSourceError, load_source
 from claw_train.config import ConfigError, RolloutConfig, spec_for, yaml_values
 
 
@@ -20,14 +20,9 @@ def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:
     if spec.load_tasks is None:
         raise ConfigError(f"--tasks: the {spec.name!r} family declares no task loader (FamilySpec.load_tasks)")
     try:
-        tasks = resolve(spec.load_tasks)(source, split=split)
-    except (OSError, ValueError, KeyError) as err:
-        raise ConfigError(f"--tasks {source}: {err}") from None
-    except Exception as err:  # a hub dataset without network, a missing optional package
-        raise ConfigError(f"--tasks {source}: cannot load it: {type(err).__name__}: {err}") from None
-    if len(tasks) == 0:
-        raise ConfigError(f"--tasks {source}: no tasks in split {split!r}")
-    return tasks
+        return load_source(resolve(spec.load_tasks), source, split)
+    except TaskSourceError as err:  # the same reading and the same reasons as the env's own tasks=
+        raise ConfigError(f"--tasks {source}: {err.reason}") from None
 
 
 def env_kwargs_for(spec: FamilySpec, rollout: RolloutConfig) -> dict[str, Any]:

@@ -6,7 +6,7 @@ A :class:`RepoSource` finds ``owner/name`` in this order:
   ``data/repos/<name>.json``: its files and its commit message), generated into a real git repository at runtime
   with a fixed author and date, so their commits have the same hashes everywhere;
 * a **directory** (``repos=DIR``, ``--repos DIR``) of clones or bare mirrors named ``owner__name`` (the
-  instance-id convention) or ``owner__name.git``;
+  instance-id convention) or ``owner__name.git``, or git bundles named ``owner__name.bundle`` (``git bundle create``);
 * a **git URL template** (``repos=https://mirror.example/{repo}.git``; ``{repo}``, ``{owner}`` and ``{name}`` are
   filled in), GitHub (``https://github.com/{repo}.git``) when no source is given.
 
@@ -155,9 +155,12 @@ class RepoSource:
         for candidate in (Path(self.spec) / dir_name(repo), Path(self.spec) / f"{dir_name(repo)}.git"):
             if candidate.is_dir():
                 return str(candidate.resolve())
+        bundle = Path(self.spec) / f"{dir_name(repo)}.bundle"
+        if bundle.is_file():
+            return str(bundle.resolve())
         raise RepoError(
             f"repo {repo} is not in {self.describe()}: expected a clone or bare mirror named "
-            f"{dir_name(repo)} or {dir_name(repo)}.git there"
+            f"{dir_name(repo)} or {dir_name(repo)}.git there, or a bundle {dir_name(repo)}.bundle"
         )
 
     def mirror(self, repo: str, commit: str | None = None) -> Path:

@@ -64,7 +64,7 @@ from claw_envs.core import (
 from claw_envs.sandbox import ExecResult, Sandbox, SandboxError
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.sandbox.shell import PersistentShell, ShellRun
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 from claw_envs.terminal.actions import (
     BASH_TOOL,
     LIMITS,
@@ -78,7 +78,7 @@ from claw_envs.terminal.actions import (
 )
 from claw_envs.terminal.grading import Verdict, grade_folder, prepare_folder
 from claw_envs.terminal.signals import report
-from claw_envs.terminal.tasks import builtin_tasks, load_tasks, solution_commands, validate
+from claw_envs.terminal.tasks import builtin_tasks, solution_commands, validate
 from claw_envs.toolcall.tools import cap_text
 
 SYSTEM_PROMPT = """\
@@ -115,11 +115,11 @@ DEMO_FINALS = (
 class TerminalEnv(ClawEnv):
     """Shell tasks checked by a command; see the module docstring for the signals.
 
-    ``tasks`` or ``task_file`` (a JSONL file or a folder of task folders, see :mod:`.tasks`) replace the built-in
-    tasks. ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``shell`` is ``"persistent"``
-    or ``"oneshot"`` (default: persistent on the local backend, one-shot on docker); ``command_timeout`` limits
-    each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees of an output,
-    ``max_command_bytes`` the command line (a longer one is the agent's error).
+    ``tasks`` (a JSONL file, a task folder or a folder of them, see :mod:`.tasks`, or a task source) replaces the
+    built-in tasks. ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``shell`` is
+    ``"persistent"`` or ``"oneshot"`` (default: persistent on the local backend, one-shot on docker);
+    ``command_timeout`` limits each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees
+    of an output, ``max_command_bytes`` the command line (a longer one is the agent's error).
     """
 
     default_max_turns = 8
@@ -130,12 +130,11 @@ class TerminalEnv(ClawEnv):
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         split: str = "train",
         max_turns: int | None = None,
         render_mode: str | None = None,
-        task_file: str | None = None,
         sandbox: str = "local",
         sandbox_options: Mapping[str, Any] | None = None,
         command_timeout: float = 10.0,
@@ -148,10 +147,6 @@ class TerminalEnv(ClawEnv):
             raise ValueError(f"shell must be 'persistent' or 'oneshot', got {shell!r}")
         if shell == "persistent" and sandbox != "local":
             raise ValueError(f"shell='persistent' needs the local sandbox; pass shell='oneshot' for {sandbox!r}")
-        if isinstance(tasks, str):
-            tasks = load_tasks(tasks, split=split)
-        if tasks is None and task_file is not None:
-            tasks = load_tasks(task_file, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self.sandbox = EpisodeSandbox(sandbox, sandbox_options)
         self._options = dict(self.sandbox.options)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,6 +18,27 @@ app = typer.Typer(
     add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="List, try and judge claw environments."
 )
 console = Console()
+UsageError = typer.BadParameter.__mro__[1]  # click's UsageError, from wherever this typer takes click
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``claw-envs``; a usage error or a value it refuses (an unknown env, a bad ``--tasks``) is one line on
+    stderr, ``claw-envs <command>: <what is wrong>``, with exit status 2, as ``claw-train`` says them."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:  # the command list, as `claw-envs --help` prints it, and the usage error's status
+        app(args=["--help"], prog_name="claw-envs", standalone_mode=False)
+        return 2
+    try:
+        return int(app(args=args, prog_name="claw-envs", standalone_mode=False) or 0)
+    except UsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "claw-envs"
+        hint = err.param_hint if isinstance(err, typer.BadParameter) and isinstance(err.param_hint, str) else None
+        message = f"{hint}: {err.message}" if hint else err.format_message()
+        print(f"{where}: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+    except typer.Abort:
+        print("claw-envs: aborted", file=sys.stderr)
+        return 1
 
 
 @app.command("list")
@@ -54,8 +77,12 @@ def demo(
 
     import claw_envs
 
-    for env_id in env or claw_envs.env_ids():
-        env_obj = gym.make(claw_envs.resolve_id(env_id)).unwrapped
+    try:
+        env_ids = [claw_envs.resolve_id(name) for name in env] if env else claw_envs.env_ids()
+    except KeyError as err:
+        raise typer.BadParameter(str(err.args[0]), param_hint="--env") from None
+    for env_id in env_ids:
+        env_obj = gym.make(env_id).unwrapped
         try:
             obs, info = env_obj.reset(seed=seed)
             console.rule(f"[bold]{env_id}[/bold]  task {info['task_id']}")
@@ -81,7 +108,7 @@ def check(
     env: Annotated[str, typer.Argument(help="Family name or env id, e.g. terminal or claw/SWE-v0.")],
     tasks: Annotated[
         str | None,
-        typer.Option("--tasks", "--dataset", help="Tasks to check instead of the built-in ones (file, folder, id)."),
+        typer.Option("--tasks", help="Tasks to check instead of the built-in ones (file, folder, id)."),
     ] = None,
     split: Annotated[str, typer.Option(help="train | test | all.")] = "all",
     repos: Annotated[
@@ -116,7 +143,7 @@ def check(
         spec = spec_for(env)
         sources = [tasks_for(spec, tasks, name) for name in (("train", "test") if split == "all" else (split,))]
     except ConfigError as err:
-        raise typer.BadParameter(str(err), param_hint="ENV/--tasks") from None
+        raise UsageError(str(err)) from None
     results: list[TaskCheck] = []
 
     async def run_split(source: claw_envs.TaskSource, bar: Progress) -> None:
