@@ -317,7 +317,7 @@ def _copy(
             out["copies"].extend([str((host / n).relative_to(base)), posixpath.join(dest_abs, n)] for n in names)
         elif host.is_dir():  # a folder's contents go to the destination, as Docker copies them
             out["copies"].append([str(host.relative_to(base)), dest_abs])
-        elif dest.endswith("/") or len(sources) > 1:
+        elif dest.endswith("/") or dest in (".", "./") or dest_abs == workdir or len(sources) > 1:
             out["copies"].append([str(host.relative_to(base)), posixpath.join(dest_abs, host.name)])
         else:
             out["copies"].append([str(host.relative_to(base)), dest_abs])

@@ -79,6 +79,7 @@ from claw_envs.terminal.tasks import builtin_tasks, load_tasks, solution_command
 from claw_envs.terminal.venvs import VenvError
 from claw_envs.toolcall.tools import cap_text
 
+DEFAULT_COMMAND_TIMEOUT = 10.0
 SYSTEM_PROMPT = """\
 You are working in a Linux shell. Your current directory is the task's working directory; only it and \
 /tmp can be written, and there is no network.
@@ -108,8 +109,9 @@ class TerminalEnv(ClawEnv):
     ``tasks`` or ``task_file`` (a JSONL file or a folder of task folders, see :mod:`.tasks`) replace the built-in
     tasks. ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``shell`` is ``"persistent"``
     or ``"oneshot"`` (default: persistent on the local backend, one-shot on docker); ``command_timeout`` limits
-    each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees of an output,
-    ``max_command_bytes`` the command line (a longer one is the agent's error).
+    each command (default 10 s; unless it is given, a task folder's commands are limited by the agent's time for
+    the task alone: its solution script is one long command), ``check_timeout`` the check, ``max_output_chars`` what
+    the model sees of an output, ``max_command_bytes`` the command line (a longer one is the agent's error).
     """
 
     default_max_turns = 8
@@ -128,7 +130,7 @@ class TerminalEnv(ClawEnv):
         task_file: str | None = None,
         sandbox: str = "local",
         sandbox_options: Mapping[str, Any] | None = None,
-        command_timeout: float = 10.0,
+        command_timeout: float | None = None,
         check_timeout: float = 30.0,
         max_output_chars: int = 2000,
         max_command_bytes: int | None = None,
@@ -150,7 +152,9 @@ class TerminalEnv(ClawEnv):
         self._plan: Plan | None = None
         self._envs: Environments | None = None
         self._agent_seconds = 0.0
-        self.command_timeout = command_timeout
+        self.command_timeout = DEFAULT_COMMAND_TIMEOUT if command_timeout is None else command_timeout
+        self._timeout_given = command_timeout is not None
+        self._transcript: list[str] = []
         self.check_timeout = check_timeout
         self.max_output_chars = max_output_chars
         if max_command_bytes is not None:
@@ -166,7 +170,7 @@ class TerminalEnv(ClawEnv):
     def opening_messages(self, task: Task) -> list[Message]:
         """The system prompt (how to run commands, the tool schema) and the instruction."""
         system = SYSTEM_PROMPT.format(
-            timeout=self.command_timeout,
+            timeout=self._command_limit(task),
             shell=SHELL_NOTES[self.shell],
             turns=self.max_turns,
             tools=json.dumps([BASH_TOOL], ensure_ascii=False),
@@ -180,6 +184,7 @@ class TerminalEnv(ClawEnv):
         self._close_sandbox()
         self._commands = 0
         self._agent_seconds = 0.0
+        self._transcript = []
         at_workdir = "folder" in task.data and self.sandbox.kind == "local"
         self.sandbox.options = {**self._options, **({"workspace": task.data["workdir"]} if at_workdir else {})}
         self._plan = plan(task.data) if at_workdir else None
@@ -209,8 +214,9 @@ class TerminalEnv(ClawEnv):
         return tr
 
     async def _command_turn(self, action: str, turn: Turn) -> Transition:
-        timeout = min(self.command_timeout, max(round(self._agent_time_left(), 1), 0.1))
+        timeout = min(self._command_limit(self.task), max(round(self._agent_time_left(), 1), 0.1))
         run = await self._exec_agent(turn.command, timeout)
+        self._transcript.append(f"$ {turn.command}\n{run.result.stdout}{run.result.stderr}")
         self._commands += 1
         self._agent_seconds += run.result.duration
         rep = report(run.result, timeout=timeout, max_chars=self.max_output_chars)
@@ -235,6 +241,13 @@ class TerminalEnv(ClawEnv):
             await self._add_check(tr, why="the agent's time for this task is used up")
             tr.terminated = True
         return tr
+
+    def _command_limit(self, task: Task) -> float:
+        """Seconds one command may run: ``command_timeout``, or for a task folder (unless it was given) the agent's
+        time for the task."""
+        if "folder" in task.data and not self._timeout_given and task.data.get("agent_timeout"):
+            return float(task.data["agent_timeout"])
+        return self.command_timeout
 
     def _agent_time_left(self) -> float:
         """Seconds the agent may still spend on commands (a task folder's agent timeout; unbounded otherwise)."""
@@ -297,6 +310,7 @@ class TerminalEnv(ClawEnv):
                         timeout=self.check_timeout_for(),
                         python=python,
                         env=self._command_env(tests=True),
+                        transcript="\n".join(self._transcript),
                     ),
                     timeout=self.check_timeout_for() + 60.0,
                     what="grading: ",

@@ -182,10 +182,19 @@ def offline_command(script: str, python: str) -> str | None:
 
 
 async def grade_folder(
-    sandbox: Sandbox, data: dict[str, Any], *, timeout: float, python: str, env: dict[str, str], max_chars: int = 4000
+    sandbox: Sandbox,
+    data: dict[str, Any],
+    *,
+    timeout: float,
+    python: str,
+    env: dict[str, str],
+    transcript: str = "",
+    max_chars: int = 4000,
 ) -> Grade:
     """Run the hidden tests against the workdir as the agent left it (see the module docstring); ``python`` and
-    ``env`` are the tests' virtualenv's interpreter and environment."""
+    ``env`` are the tests' virtualenv's interpreter and environment. A TB1 task's tests may read what the terminal
+    showed after the agent (``$TEST_DIR/post-agent.txt``, which TB1's harness captures): ``transcript``, the
+    episode's commands and their outputs."""
     folder = Path(data["folder"])
     try:
         tests = sandbox.host_folder("tests")
@@ -199,6 +208,8 @@ async def grade_folder(
         if not (tests / path.name).exists():
             shutil.copy2(path, tests / path.name)
             (tests / path.name).chmod(0o755)
+    if data["format"] == "tb1":
+        (tests / "post-agent.txt").write_text(transcript, encoding="utf-8")
     script = expand_sourced(script_path.read_text(encoding="utf-8", errors="replace"), tests)
     offline = offline_command(script, python)
     command = offline or f"bash {TESTS_INSIDE}/{script_name}"

@@ -4,7 +4,8 @@
   installed package provides), or a program of that name in the system's ``bin`` folders (the sandbox shows them
   read-only). Python itself (``python3``, ``python3-pip``, ``python3.11-venv``…) is the task's virtualenv, and a
   ``python3-<name>`` library comes from pip as ``<name>``. Terminal-Bench's harness tools (``tmux``,
-  ``asciinema``) and ``software-properties-common`` are skipped when missing: the tests never use them.
+  ``asciinema``), ``software-properties-common`` and interactive editors (``nano``, ``vim``, ``less``…) are skipped
+  when missing: the tests never run them.
 * ``pip install`` requirements go into the task's **environment** virtualenv (:mod:`.venvs`), on ``PATH`` for the
   agent, the setup and the solution; with what the solution ``pip install``\\ s at run time (the sandbox has no
   network, so it is installed ahead). The **tests** get a second virtualenv: the same, plus what the test script
@@ -37,6 +38,10 @@ HARNESS = {
     "tmux": "only Terminal-Bench's harness uses it (the local backend drives its own shell)",
     "asciinema": "only Terminal-Bench's harness uses it (it records the session)",
     "software-properties-common": "only add-apt-repository uses it",
+    **dict.fromkeys(
+        ("nano", "vim", "vim-tiny", "emacs", "emacs-nox", "less"),
+        "an interactive editor or pager for the agent; tests do not run it",
+    ),
 }
 REPORTING_PLUGINS = frozenset({"pytest-json-ctrf", "pytest-json-report"})
 _PYTHON_APT = re.compile(
