@@ -102,7 +102,7 @@ def script_commands(text: str) -> list[str]:
             continue
         stripped = raw.strip()
         if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
+            current += stripped[:-1].rstrip() + " "
             continue
         line, current = (current + stripped).strip(), ""
         if not line or line.startswith("#"):

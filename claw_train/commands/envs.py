@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 if TYPE_CHECKING:
+    from claw_envs.check import TaskCheck
     from judges import Judgement
 
 app = typer.Typer(
@@ -99,7 +100,7 @@ def check(
     import gymnasium as gym
 
     import claw_envs
-    from claw_envs.check import TaskCheck, check_env
+    from claw_envs.check import check_env
     from claw_train.config import ConfigError, yaml_values
     from claw_train.families import spec_for, tasks_for
     from claw_train.progress import Progress
@@ -145,15 +146,7 @@ def check(
     with Progress(f"checking {spec.name} tasks", sum(len(ids) for _, ids in todo)) as bar:
         for source, ids in todo:
             asyncio.run(run_split(source, ids, bar))
-    table = Table("task", "oracle", "null", "s", "verdict")
-    for r in results:
-        null = "—" if r.null is None else str(r.null.outcome)
-        verdict = "[green]ok[/green]" if r.problem is None else f"[red]{escape(r.problem[:300])}[/red]"
-        if r.problem is None and r.approximate:
-            how = escape("; ".join(r.oracle.approximations)[:300])
-            verdict = f"[yellow]ok, approximate environment:[/yellow] {how}"
-        table.add_row(r.task_id, str(r.oracle.outcome), null, f"{r.seconds:.1f}", verdict)
-    console.print(table)
+    _print_checks(results)
     failed = [r for r in results if r.problem is not None]
     approximate = [r for r in results if r.problem is None and r.approximate]
     console.print(f"{len(results) - len(failed)} of {len(results)} {spec.name} tasks pass the check.")
@@ -243,6 +236,28 @@ def judge(
                 await policy_obj.aclose()
 
     asyncio.run(episode())
+
+
+def _print_checks(results: list[TaskCheck]) -> None:
+    """One row per checked task: a table on a terminal, tab-separated lines in a pipe (ids never cut)."""
+    rows = []
+    for r in results:
+        null = "—" if r.null is None else str(r.null.outcome)
+        if r.problem is not None:
+            verdict, style = r.problem[:300], "red"
+        elif r.approximate:
+            verdict, style = "ok, approximate environment: " + "; ".join(r.oracle.approximations)[:300], "yellow"
+        else:
+            verdict, style = "ok", "green"
+        rows.append((r.task_id, str(r.oracle.outcome), null, f"{r.seconds:.1f}", verdict, style))
+    if not console.is_terminal:
+        for row in rows:
+            print("\t".join(row[:-1]))
+        return
+    table = Table("task", "oracle", "null", "s", "verdict")
+    for *cells, verdict, style in rows:
+        table.add_row(*cells, f"[{style}]{escape(verdict)}[/{style}]")
+    console.print(table)
 
 
 def _print_judgement(verdict: Judgement) -> None:
