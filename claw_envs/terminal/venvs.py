@@ -14,8 +14,6 @@ replacing the key's symlink; a build that died half-way is never taken as comple
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -24,11 +22,13 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+
+from claw_envs.locks import locked
 
 FORMAT = 1
 READY = "claw-ready.json"
@@ -59,7 +59,7 @@ def ensure_venv(requirements: Sequence[str], options: Sequence[str] = (), *, roo
     root = root or cache_root()
     key = _key([str(r) for r in reqs], list(options), seeds)
     link = root / key
-    with _locked(root / "locks" / f"{key}.lock"):
+    with locked(root / "locks" / f"{key}.lock"):
         if (link / READY).is_file():
             return link.resolve()
         _sweep(root, key)
@@ -191,14 +191,3 @@ def _sweep(root: Path, key: str) -> None:
         tmp.unlink(missing_ok=True)
     if (root / key).is_symlink() and not (root / key / READY).is_file():
         (root / key).unlink()
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
