@@ -8,7 +8,8 @@ broken upstream tasks exist, and this is what catches them before they poison a 
 
 An env may say at reset what of the task's environment it only approximates (``info["approximations"]``, a list
 of lines: a Dockerfile line it skipped, a tool it lacks): a task whose oracle passes so "ran with an approximate
-environment", reported apart from a clean pass.
+environment", reported apart from a clean pass. The last step's ``info["diagnosis"]`` (an env's guess at why an
+episode ended unsolved, such as a command that needed the network) is added to a failing oracle's problem.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class EpisodeCheck:
     steps: int
     error: str | None = None
     approximations: tuple[str, ...] = ()
+    diagnosis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class TaskCheck:
         if self.oracle.error:
             return f"oracle: {self.oracle.error}"
         if self.oracle.outcome is None or self.oracle.outcome < SOLVED:
-            return f"the oracle solution does not solve it (outcome {self.oracle.outcome})"
+            why = f": {self.oracle.diagnosis}" if self.oracle.diagnosis else ""
+            return f"the oracle solution does not solve it (outcome {self.oracle.outcome}){why}"
         if self.null is None:
             return None
         if self.null.error:
@@ -82,7 +85,7 @@ async def play(env: ClawEnv, task_id: str, agent: Agent, max_steps: int | None =
         if info["status"] != StepStatus.OK.value:
             return EpisodeCheck(None, step, ns.text, approximations)
         if terminated or truncated:
-            return EpisodeCheck(ns.outcome, step, None, approximations)
+            return EpisodeCheck(ns.outcome, step, None, approximations, info.get("diagnosis"))
     return EpisodeCheck(None, limit, f"still running after {limit} steps", approximations)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -99,31 +98,29 @@ def test_real_tasks_needing_pip_packages_pass_their_oracle_through_the_task_virt
 
 
 @needs_bwrap
-def test_a_real_task_needing_what_this_machine_lacks_is_refused_with_its_name():
-    if host_package("rustc") is not None:
-        pytest.skip("this machine has rustc")
-    env = TerminalEnv(tasks=str(CORE / "polyglot-rust-c"), split="test")
+def test_what_a_real_task_lacks_here_is_named_a_missing_package_refuses_it():
+    env = TerminalEnv(tasks=str(CORE), split="test")
     try:
-        result = env._run(check_task(env, "polyglot-rust-c"))
+        rust = env._run(check_task(env, "polyglot-rust-c")) if host_package("rustc") is None else None
+        csv = env._run(check_task(env, "csv-to-parquet"))  # its solution fetches uv from the network
     finally:
         env.close()
-    assert result.oracle.error == (
+    assert rust is None or rust.oracle.error == (
         "[sandbox_failure] this machine lacks what the task needs: apt packages not installed here: rustc "
         "(use sandbox='docker')"
+    )
+    assert csv.problem == (
+        "the oracle solution does not solve it (outcome 0.0): a command of the episode needed the network "
+        "(curl: (6) Could not resolve host: astral.sh)"
     )
 
 
 @needs_bwrap
 def test_claw_envs_check_lists_each_task_once_and_approximate_environments_apart(tmp_path):
-    for part in (
-        "terminal-bench-core/defaults",
-        "terminal-bench-core/scripts",
-        "terminal-bench-core/tasks/hello-world",
-    ):
-        shutil.copytree(REAL / part, tmp_path / part)  # a TB1 dataset: its tasks share its test scripts
     shutil.copytree(REAL / "aider_polyglot" / "polyglot_python_wordy", tmp_path / "polyglot_python_wordy")
     result = CliRunner().invoke(envs.app, ["check", "terminal", "--tasks", str(tmp_path)])  # --split all
     assert result.exit_code == 0, result.output
-    assert "2 of 2 terminal tasks pass the check." in result.output
-    assert re.search(r"1 passed cleanly; 1 ran with an approximate environment:\s+polyglot_python_wordy", result.output)
-    assert result.output.count("hello-world") == 1, result.output  # once, though read as the train and test split
+    assert "1 of 1 terminal tasks pass the check." in result.output  # not twice, as the train and the test split
+    assert "0 passed cleanly; 1 ran with an approximate environment: polyglot_python_wordy" in result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("polyglot_python_wordy\t"))
+    assert "\tok, approximate environment: add-apt-repository ppa:deadsnakes/ppa (adds a package source" in row

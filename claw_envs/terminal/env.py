@@ -72,7 +72,7 @@ from claw_envs.terminal.actions import (
     reply_message,
     tool_call_text,
 )
-from claw_envs.terminal.grading import Verdict, grade_folder, prepare_folder
+from claw_envs.terminal.grading import Verdict, grade_folder, network_line, prepare_folder
 from claw_envs.terminal.provision import Environments, Plan, build, plan
 from claw_envs.terminal.signals import report
 from claw_envs.terminal.tasks import builtin_tasks, load_tasks, solution_commands, validate
@@ -316,7 +316,10 @@ class TerminalEnv(ClawEnv):
                     what="grading: ",
                     prepare=self._prepare,
                 )
-                return Verdict.of_grade(grade)
+                verdict = Verdict.of_grade(grade)
+                if not verdict.solved and (line := network_line("\n".join(self._transcript))):
+                    verdict.info["diagnosis"] = f"a command of the episode needed the network ({line})"
+                return verdict
             solved, detail = await self._check()
             return Verdict.of_check(solved, detail)
         finally:

@@ -236,6 +236,11 @@ async def grade_folder(
     return Grade(passed / len(counted), results, "pytest", note, output)
 
 
+def network_line(output: str) -> str | None:
+    """The first line of ``output`` saying a host could not be reached (a command needed the network), or ``None``."""
+    return next((line.strip()[:200] for line in output.splitlines() if _NETWORK.search(line)), None)
+
+
 def pytest_results(output: str) -> dict[str, str]:
     """Per-test statuses from the last ``short test summary info`` section of pytest ``-rA`` output (lines printed
     by the code under test come before it, so they cannot pose as results)."""
