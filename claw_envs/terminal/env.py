@@ -35,7 +35,9 @@ command; the agent's processes end before the check runs. ``shell="oneshot"`` ru
 number in ``reward.txt``), the reward is ``2·outcome − 1``, the final ``evaluative`` +1 when solved and -1 (with a
 directive) when the agent declared an unfinished task done; ``info["grading"]`` holds the per-test results. The
 agent's time for the episode (``[agent] timeout_sec``) caps its commands; when it is used up the episode ends and
-the tests run.
+the tests run. The environment is provisioned from the Dockerfile (:mod:`.provision`): ``info["environment"]`` at
+reset says how, ``info["approximations"]`` what is only approximated; a task this machine cannot provision is an
+infrastructure failure naming what it lacks.
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ def _closure(name: str, req: Requirement | None, seeds: dict[str, str]) -> bool:
             dist = importlib.metadata.distribution(key)
         except importlib.metadata.PackageNotFoundError:
             return False
-        if spec is not None and not spec.specifier.contains(dist.version, prereleases=True):
-            return False
+        if not dist.files or (spec is not None and not spec.specifier.contains(dist.version, prereleases=True)):
+            return False  # no record of its files to copy, or another version than asked
         found[key] = dist.version
         for line in dist.requires or []:
             dep = Requirement(line)
