@@ -17,19 +17,18 @@ commit it lacks. Sandboxes see it read-only, so no episode can corrupt it.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
 
 from claw_envs.core import InfraFailure
+from claw_envs.locks import locked
 
 BUILTIN_OWNER = "claw-examples"
 GITHUB = "https://github.com/{repo}.git"
@@ -80,18 +79,6 @@ def git(*args: str, cwd: str | os.PathLike[str] | None = None, env: Mapping[str,
     if done.returncode != 0:
         raise RepoError(f"git {' '.join(args[:2])} failed: {done.stderr.strip()[-600:]}")
     return done.stdout
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive file lock on ``path`` (made if missing), across processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @cache
