@@ -123,6 +123,10 @@ class Stats:
             }
 
 
+TRAINER_COUNTERS = ("stale_dropped", "invalid_dropped", "nan_skipped", "trained")
+"""What the trainer counts: samples dropped (stale, malformed), steps skipped (NaN), samples trained."""
+
+
 class Counters:
     """Named counts that several threads add to (the trainer's drops and skips, and sync mode's)."""
 

@@ -28,13 +28,11 @@ from transformers.trainer_callback import PrinterCallback
 
 from claw_train.batch import collate
 from claw_train.distributed import Ranks, world_size
-from claw_train.metrics import Counters
+from claw_train.metrics import TRAINER_COUNTERS, Counters
 from claw_train.presets import PRESETS, preset_for
 from claw_train.records import TrainSample, triage
 from claw_train.replay import Replay
 from claw_train.trl_adapter import FedGRPOTrainer, GRPOConfig, use_adapter
-
-COUNTERS = ("stale_dropped", "invalid_dropped", "nan_skipped", "trained")
 
 
 @dataclass
@@ -176,7 +174,7 @@ class ClawTrainer(FedGRPOTrainer):
         self.current_batch: list[TrainSample] = []
         self.current_dropped: list[TrainSample] = []
         self.invalid_reasons: list[str] = []
-        self._counters = counters if counters is not None else Counters(*COUNTERS)
+        self._counters = counters if counters is not None else Counters(*TRAINER_COUNTERS)
 
     @property
     def counters(self) -> dict[str, int]:

@@ -24,7 +24,7 @@ from claw_train.config import PipelineArgs, TrainArgs, as_flat_dict
 from claw_train.families import env_kwargs_for, spec_for, tasks_for
 from claw_train.judging import SampleMaker
 from claw_train.logs import VersionedLog
-from claw_train.metrics import Counters, Stats
+from claw_train.metrics import TRAINER_COUNTERS, Counters, Stats
 from claw_train.pipeline.budget import InFlightBudget
 from claw_train.pipeline.cluster import episode_runner, join_cluster, worker_policy
 from claw_train.pipeline.control import RunControl
@@ -44,7 +44,6 @@ from claw_train.pipeline.workers import RolloutWorkers
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
 from claw_train.policy.guarded import GuardedPolicy, PolicyDown
 from claw_train.records import TrainSample
-from claw_train.trainer import COUNTERS
 from judges.base import Judge
 
 
@@ -82,7 +81,7 @@ class Pipeline:
         self.train = train
         self.stats = Stats()
         self.control = RunControl(self.stats, self.say)
-        self.drops = Counters(*COUNTERS)  # the trainer's (and sync mode's) drops and skips
+        self.drops = Counters(*TRAINER_COUNTERS)  # the trainer's (and sync mode's) drops and skips
         self.link = RankLink()  # the launcher's other processes, under accelerate launch
         queue_size = args.training.samples_per_step  # small queues keep samples fresh and the CPU for training
         self.turns = TurnQueue(queue_size if self.personal else max(1, args.rollout.rollout_workers or 1), self.stats)
