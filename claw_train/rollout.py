@@ -191,6 +191,7 @@ class EpisodeAgent:
             next_state=next_state,
             reward=float(reward),
             status=status,
+            prompt_start=len(self.turns[-1].prompt_ids) if self.turns else 0,
         )
 
     def observe(self, reward: float, info: Mapping[str, Any]) -> None:

@@ -107,11 +107,13 @@ def _report(pipeline: Any, result: Any, console: Any) -> None:
 
 def curve(evals: list[dict[str, Any]], width: int = 40) -> str:
     """The held-out score by update as text bars (what ``make demo`` ends with)."""
-    lines = ["held-out score (mean outcome of held-out episodes) by update:"]
+    name = next((e["score_name"] for e in evals if e.get("score_name")), "score")
+    lines = [f"held-out {name} by update:"]
     for e in evals:
         filled = round(max(0.0, min(1.0, e["score"])) * width)
         bar = "█" * filled + "·" * (width - filled)
-        extra = f"valid {e['valid_rate']:.0%}" if "valid_rate" in e else f"success {e.get('success_rate', 0):.0%}"
+        success = f"{e.get('success_name', 'success')} {e.get('success_rate', 0):.0%}"
+        extra = f"valid {e['valid_rate']:.0%}, {success}" if "valid_rate" in e else success
         lines.append(f"  update {e['update']:>3}  {bar}  {e['score']:.3f}  ({extra})")
     if len(evals) > 1:
         lines.append(f"  change: {evals[-1]['score'] - evals[0]['score']:+.3f}")
@@ -137,8 +139,7 @@ async def _run(pipeline: Any, console: Any, display: bool) -> Any:
 
 
 def _plain_status(snap: dict[str, Any]) -> str:
-    """One progress line for a pipe or a log: elapsed, updates, ETA, turns."""
-    counts = snap.get("counts", {})
+    """One progress line for a pipe or a log: elapsed, updates, ETA, counts."""
     done, target = snap.get("updates", 0), snap.get("target") or 0
     elapsed = snap.get("elapsed", 0.0)
     line = f"[{elapsed:6.0f} s] {snap.get('status')}: update {done}/{target}"
@@ -146,8 +147,17 @@ def _plain_status(snap: dict[str, Any]) -> str:
     if done and rate:
         eta = (target - done) * elapsed / max(done, 1) if target else 0
         line += f", ETA {eta:.0f} s"
-    line += f", episodes {counts.get('episodes', 0)}, turns {counts.get('turns', 0)}, masked {counts.get('masked', 0)}"
-    return line
+    return f"{line}, {_counts(snap)}"
+
+
+def _counts(snap: dict[str, Any]) -> str:
+    """Episodes, turns, judged turns and samples, counted as the summary and claw-view count them."""
+    counts, trainer = snap.get("counts", {}), snap.get("trainer", {})
+    return (
+        f"episodes {snap.get('episodes_started', 0)}, turns {counts.get('turns', 0)}, "
+        f"scored {counts.get('judged', 0)}, samples {counts.get('samples', 0)} accepted "
+        f"{trainer.get('trained', 0)} trained, masked {counts.get('masked', 0)}"
+    )
 
 
 def _status(snap: dict[str, Any]) -> Any:
@@ -175,13 +185,13 @@ def _status(snap: dict[str, Any]) -> Any:
         f"{snap.get('staleness', 0):.2f} versions   dropped {trainer.get('stale_dropped', 0)}   "
         f"masked {counts.get('masked', 0)}   NaN skipped {trainer.get('nan_skipped', 0)}",
     )
-    t.add_row(
-        "episodes",
-        f"{counts.get('episodes', 0)}   turns {counts.get('turns', 0)}   elapsed {snap.get('elapsed', 0):.0f} s",
-    )
+    t.add_row("counts", f"{_counts(snap)}   elapsed {snap.get('elapsed', 0):.0f} s")
     last = snap.get("last_eval")
     if last:
-        t.add_row("last eval", f"update {last['update']}: {last['score']:.3f} (success {last['success_rate']:.0%})")
+        success = f"{last.get('success_name', 'success')} {last['success_rate']:.0%}"
+        t.add_row(
+            "last eval", f"update {last['update']}: {last.get('score_name', 'score')} {last['score']:.3f} ({success})"
+        )
     return t
 
 

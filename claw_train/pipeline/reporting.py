@@ -24,11 +24,11 @@ def eval_due(p: Pipeline, step: int) -> bool:
 async def evaluate(p: Pipeline, step: int) -> None:
     """Evaluate the serving policy (version ``step``) on held-out tasks; record and print the row."""
     from claw_train.evaluation import evaluate as run_evaluation
-    from claw_train.evaluation import extension_for
-    from claw_train.evaluation.runner import env_options
+    from claw_train.evaluation.runner import env_options, extension_for
 
     ev = p.evaluation
     kwargs = env_kwargs_for(p.spec, p.rollout)
+    extension = extension_for(p.spec, env_options(p.spec, kwargs))
     report = await run_evaluation(
         p.policy.inner,
         p.spec,
@@ -37,21 +37,25 @@ async def evaluate(p: Pipeline, step: int) -> None:
         k=ev.eval_k,
         seed=ev.eval_seed,
         sampling=dataclasses.replace(p.sampling, seed=ev.eval_seed),
-        extension=extension_for(p.spec, env_options(p.spec, kwargs)),
+        extension=extension,
         env_kwargs=kwargs,
     )
-    row = {"update": step, "version": p.policy.version, **report.summary}
+    names = {"score_name": extension.score_name, "success_name": extension.success_name}
+    row = {"update": step, "version": p.policy.version, **names, **report.summary}
     p.evals.append(row)
     p.stats.last_eval = row
     p.rundir.add_eval(row)
     p.log.write(step, {"kind": "eval", **row})
+    for record in report.records:  # each held-out episode with its chat: what claw-view compares across versions
+        p.log.write(step, {"kind": "eval_episode", "update": step, **record})
     p.say(eval_line(row))
 
 
 def eval_line(row: dict[str, Any]) -> str:
-    """One evaluation as a line of the run's output."""
-    text = f"update {row['update']:>3}  held-out score {row['score']:.3f} ± {row['score_sd']:.3f}"
-    text += f"  success {row['success_rate']:.0%}"
+    """One evaluation as a line of the run's output, named as the family names its score and its success."""
+    name = row.get("score_name", "score")
+    text = f"update {row['update']:>3}  held-out {name} {row['score']:.3f} ± {row['score_sd']:.3f}"
+    text += f"  {row.get('success_name', 'success')} {row['success_rate']:.0%}"
     if "valid_rate" in row:
         text += f"  valid {row['valid_rate']:.0%}  correct {row['correct_rate']:.0%}"
     return text
@@ -74,6 +78,7 @@ def write_summary(p: Pipeline, result: PipelineResult) -> None:
             "updates": result.updates,
             "wall_time": round(result.wall_time, 1),
             **p.stats.totals(),
+            "success_name": success_name(p.spec.evaluation),
             "paths": {
                 "logs": str(p.out / "logs"),
                 "ledger": str(p.rundir.ledger.path),
@@ -86,3 +91,14 @@ def write_summary(p: Pipeline, result: PipelineResult) -> None:
             "checkpoint": str(result.checkpoint) if result.checkpoint else None,
         }
     )
+
+
+def success_name(evaluation: str | None) -> str:
+    """What the family's evaluation calls a success (its class's ``success_name``), read without building it."""
+    from claw_envs.evaluation import Evaluation
+    from claw_envs.spec import resolve
+
+    try:
+        return str(resolve(evaluation).success_name) if evaluation else Evaluation.success_name
+    except (ImportError, AttributeError, ValueError):
+        return Evaluation.success_name

@@ -69,6 +69,7 @@ class TrainerThread:
         self.trainer: Any = None
         self.checkpoint: Path | None = None
         self.thread: threading.Thread | None = None
+        self._last_step: float | None = None  # when the last optimizer step ended (its update's time)
 
     @property
     def step(self) -> int:
@@ -218,14 +219,17 @@ class TrainerThread:
         )
         p.stats.trained(len(batch))
         p.stats.staleness = mean([step - 1 - s.turn.policy_version for s in batch]) or 0.0
-        logs = trainer.state.log_history[-1] if trainer.state.log_history else {}
+        now = time.monotonic()
+        seconds, self._last_step = now - (self._last_step or p.stats.train_started or now), now
         p.log.write(
             step,
             {
                 "kind": "update",
                 "update": step,
                 "samples": [s.sample_id for s in batch],
-                "loss": logs.get("loss"),
+                "staleness": p.stats.staleness,
+                "update_seconds": round(seconds, 3),
+                "samples_per_s": round(p.stats.samples_per_second(), 4),
                 "nan_skipped": trainer.counters.get("nan_skipped", 0),
                 "judge": p.judge.metrics_dict() if hasattr(p.judge, "metrics_dict") else None,
                 "masked": dict(p.stats.masked),
@@ -233,6 +237,12 @@ class TrainerThread:
         )
         p.step_done()
         self.maybe_evaluate(step)
+
+    def on_log(self, step: int, logs: dict[str, Any]) -> None:
+        """The trainer logged its figures for update ``step`` (loss, clip ratios, entropy, KL with a beta; TRL logs
+        them after the step's end): one ``metrics`` line beside the update's."""
+        numbers = {k: v for k, v in logs.items() if isinstance(v, int | float) and math.isfinite(v)}
+        self.p.log.write(step, {"kind": "metrics", "update": step, "metrics": numbers})
 
     def maybe_evaluate(self, step: int) -> None:
         """Evaluate version ``step`` if the schedule says so (blocks the trainer while it runs)."""
@@ -261,6 +271,10 @@ def _glue_callback(owner: TrainerThread) -> Any:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             owner.on_step_end()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and state.global_step > 0:
+                owner.on_log(state.global_step, logs)
 
     return PipelineCallback()
 

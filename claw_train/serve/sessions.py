@@ -246,14 +246,16 @@ class LiveSessions:
 
     def _hand_over(self, turn: TurnRecord) -> None:
         if not self.p.train:
-            self.p.log.write(turn.policy_version, turn_record(turn, None, None, "not_training", None))
+            record = turn_record(turn, None, None, "not_training", None, tokenizer=self.serving.tokenizer)
+            self.p.log.write(turn.policy_version, record)
             return
         self.p.stats.add("turns")
         try:
             self.p.turn_q.put_nowait(turn)
         except asyncio.QueueFull:  # the judges are behind: serving does not wait for them
             self.p.stats.mask("judge_backlog")
-            self.p.log.write(turn.policy_version, turn_record(turn, None, None, "judge_backlog", None))
+            record = turn_record(turn, None, None, "judge_backlog", None, tokenizer=self.serving.tokenizer)
+            self.p.log.write(turn.policy_version, record)
 
     def _end(self, session: Session) -> None:
         """Close the session's last turn without a next state (it is logged, not trained)."""

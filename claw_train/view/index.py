@@ -22,7 +22,7 @@ from claw_train.view.table import SERVED_KINDS, TURN_LINE, TurnFilter, TurnLine,
 from claw_train.view.tail import JsonlTail, read_line
 
 RUN_FILES = ("run.json", "summary.json", "ledger.jsonl", "evals.jsonl")
-UPDATE_FIELDS = ("update", "loss", "time", "nan_skipped", "metrics", "staleness", "update_seconds", "samples_per_s")
+UPDATE_FIELDS = ("update", "time", "nan_skipped", "staleness", "update_seconds", "samples_per_s")
 LIVE_SECONDS = 30.0
 """A run whose files changed this recently, with no summary written since, is shown as live."""
 
@@ -55,7 +55,7 @@ class RunIndex:
         self.turns = TurnTable()
         self.options: dict[str, Any] = {}
         self.summary: dict[str, Any] | None = None
-        self.updates: list[dict[str, Any]] = []
+        self.updates: dict[int, dict[str, Any]] = {}  # by update: its line and the trainer's figures for it
         self.evals: list[dict[str, Any]] = []
         self.eval_episodes: list[dict[str, Any]] = []
         self.ledger: list[dict[str, Any]] = []
@@ -114,8 +114,10 @@ class RunIndex:
                 self.turns.add(turn, file, line.offset, len(line.raw))
             for record in others:
                 kind = record.get("kind")
-                if kind == "update":
-                    self.updates.append({k: record[k] for k in UPDATE_FIELDS if k in record})
+                if kind in ("update", "metrics") and isinstance(record.get("update"), int):
+                    entry = self.updates.setdefault(record["update"], {"update": record["update"]})
+                    entry |= {k: record[k] for k in UPDATE_FIELDS if k in record}
+                    entry |= record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
                 elif kind == "eval_episode":
                     self.eval_episodes.append(record)
                 elif kind == "event":
@@ -173,7 +175,7 @@ class RunIndex:
                 "method": opts.get("method"),
                 "model": opts.get("model"),
                 "target_updates": opts.get("updates"),
-                "updates": len(self.updates),
+                "updates": max(self.updates, default=0),
                 "generation": self.generation,
                 "counts": self._counts(),
                 "decisions": list(self.turns.reasons.names),
@@ -212,7 +214,7 @@ class RunIndex:
         with self.lock:
             n = self.turns.n
             evals = [_eval_point(e) for e in self.evals]
-            updates = [dict(u) for u in self.updates]
+            updates = [dict(self.updates[k]) for k in sorted(self.updates)]
             per_version = self.turns.by_version(n)
         return {"label": self.label, "evals": evals, "updates": updates, "per_version": per_version}
 

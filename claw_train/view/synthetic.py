@@ -9,8 +9,6 @@ import json
 import random
 from pathlib import Path
 
-from claw_train.logs import json_line
-
 REPLIES = (
     "**Step 1:** add the apples. 3 + 4 = 7\n\n**Answer: 7**",
     "ok so you add them up, 3 + 4 is 7. the answer is 7",
@@ -82,15 +80,20 @@ def write_synthetic_run(
                     accepted_seen += 1
                     if accepted_seen % credit_every == 0:
                         record["credit"] = _credit(rng, reply, score)
-                fh.write(json_line(record))
-            fh.write(json_line({"kind": "update", "update": version + 1, "loss": rng.uniform(-0.1, 0.1)}))
+                fh.write(_line(record))
+            fh.write(_line({"kind": "update", "update": version + 1, "staleness": rng.uniform(0, 1)}))
+            fh.write(_line({"kind": "metrics", "update": version + 1, "metrics": {"loss": rng.uniform(-0.1, 0.1)}}))
         ledger.append({"kind": "update", "update": version + 1, "samples": samples[:16], "dropped": []})
         evals.append({"update": version, "version": version, "score": 0.3 + 0.02 * version, "score_sd": 0.1})
-    (root / "ledger.jsonl").write_text("".join(json_line(r) for r in ledger))
-    (root / "evals.jsonl").write_text("".join(json_line(r) for r in evals))
+    (root / "ledger.jsonl").write_text("".join(_line(r) for r in ledger))
+    (root / "evals.jsonl").write_text("".join(_line(r) for r in evals))
     summary = {"status": "done", "message": f"finished {versions} updates", "updates": versions, "turns": turns}
     (root / "summary.json").write_text(json.dumps(summary))
     return root
+
+
+def _line(record: dict[str, object]) -> str:
+    return json.dumps(record, ensure_ascii=False) + "\n"
 
 
 def _credit(rng: random.Random, reply: str, score: int) -> dict[str, object]:

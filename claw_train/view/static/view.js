@@ -104,11 +104,8 @@ const UPDATE_METRICS = {
 };
 
 function metric(update, names) {
-  for (const name of names) {
-    if (update.metrics && update.metrics[name] !== undefined) return update.metrics[name];
-    if (update[name] !== undefined) return update[name];
-  }
-  return null;
+  const name = names.find((n) => update[n] !== undefined);
+  return name === undefined ? null : update[name];
 }
 
 const CHARTS = [
