@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = tyro.cli(ViewArgs, args=argv, prog="claw-view", description=HELP)
     from claw_train.bind import api_key, refusal
     from claw_train.view.index import NotARun, RunIndex
-    from claw_train.view.server import listen, serve
+    from claw_train.view.server import ViewServer, listen
 
     def fail(message: str) -> int:
         print(f"claw-view: {message}", file=sys.stderr)
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"claw-view: {url}{'?key=<key>' if key else ''}  ({len(runs)} run(s); Ctrl-C to stop)", flush=True)
 
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops on Ctrl-C, then raises it again
-        serve(runs, sock, key=key, on_ready=ready)
+        ViewServer(runs, sock, key=key).run(ready)
     return 0
 
 

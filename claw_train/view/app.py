@@ -132,10 +132,12 @@ def _number(text: str, name: str, *, low: int, high: int | None = None) -> int:
         value = int(text)
     except (TypeError, ValueError):
         raise BadQuery(f"{name} must be a whole number, not {text!r}") from None
-    if value < low:
-        raise BadQuery(f"{name} must be at least {low}, got {value}")
-    if high is not None and value > high:
-        raise BadQuery(f"{name} {value} is past the last one ({high})" if high >= low else f"there is no {name} yet")
+    if high is not None and high < low:
+        raise BadQuery(f"there is no {name} yet")
+    if value < low or (high is not None and value > high):
+        raise BadQuery(
+            f"{name} must be {low} to {high}, got {value}" if high is not None else f"{name} must be at least {low}"
+        )
     return value
 
 

@@ -64,31 +64,53 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(
-    runs: Sequence[RunIndex], sock: socket.socket, *, key: str = "", on_ready: Callable[[str], None] = print
-) -> None:
-    """Serve the page over ``runs`` on ``sock`` until interrupted; ``on_ready(url)`` once it accepts requests."""
-    import asyncio
+class ViewServer:
+    """The page over ``runs`` on ``sock``: :meth:`run` blocks until Ctrl-C (the command), :meth:`start` serves from a
+    thread until :meth:`stop` (tests, a run's ``--view``)."""
 
-    import uvicorn
+    def __init__(self, runs: Sequence[RunIndex], sock: socket.socket, *, key: str = "", every: float = POLL_SECONDS):
+        import uvicorn
 
-    from claw_train.view.app import create_app
+        from claw_train.view.app import create_app
 
-    refresher = Refresher(runs).start()
-    config = uvicorn.Config(create_app(runs, key=key), log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
+        self.runs, self.sock = list(runs), sock
+        self.refresher = Refresher(runs, every)
+        config = uvicorn.Config(create_app(runs, key=key), log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+        self._thread: threading.Thread | None = None
 
-    async def main() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.02)
-        if server.started:
-            host, port = sock.getsockname()[:2]
-            on_ready(f"http://{'[' + host + ']' if ':' in host else host}:{port}/")
-        await task
+    def run(self, on_ready: Callable[[str], None] = print) -> None:
+        """Serve until interrupted; ``on_ready(url)`` once it accepts requests."""
+        import asyncio
 
-    try:
-        asyncio.run(main())
-    finally:
-        refresher.stop()
-        sock.close()
+        async def main() -> None:
+            task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+            while not self.server.started and not task.done():
+                await asyncio.sleep(0.02)
+            if self.server.started:
+                on_ready(self.url)
+            await task
+
+        self.refresher.start()
+        try:
+            asyncio.run(main())
+        finally:
+            self.refresher.stop()
+            self.sock.close()
+
+    def start(self, timeout: float = 30.0) -> str:
+        """Serve from a daemon thread; returns the URL once it answers."""
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self.run, args=(lambda _url: ready.set(),), daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise RuntimeError(f"claw-view did not start within {timeout:g} s")
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving (and the refresher) and wait for the thread."""
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
