@@ -23,6 +23,8 @@ from claw_train.view.tail import JsonlTail, read_line
 
 RUN_FILES = ("run.json", "summary.json", "ledger.jsonl", "evals.jsonl")
 UPDATE_FIELDS = ("update", "time", "nan_skipped", "staleness", "update_seconds", "samples_per_s")
+OTHER_KINDS = ("update", "metrics", "eval_episode", "event")
+"""Log lines kept in full besides turns (small and few); the others (``eval``: evals.jsonl has them) are skipped."""
 LIVE_SECONDS = 30.0
 """A run whose files changed this recently, with no summary written since, is shown as live."""
 
@@ -88,41 +90,45 @@ class RunIndex:
 
     def _read_log(self, name: str) -> bool:
         tail = self._tail(self.root / "logs" / name)
+        chunk = tail.read_chunk()
+        if chunk is None:
+            return False
+        try:  # every line at once; one that does not fit (not JSON, an odd field) sends the chunk line by line
+            decoded: list[TurnLine | None] = TURN_LINE.decode_lines(chunk.data)
+            if len(decoded) != len(chunk.lines):
+                raise ValueError("blank lines")
+        except (msgspec.DecodeError, ValueError):
+            decoded = [_decode(raw) for raw in chunk.lines]
+        offsets = chunk.offsets()
+        turns, where, lengths, others = [], [], [], []
+        for k, turn in enumerate(decoded):
+            raw = chunk.lines[k]
+            if turn is None:
+                if raw.strip():
+                    tail.mark_bad(chunk.first_line + k)
+            elif turn.kind == "turn" or turn.kind in SERVED_KINDS:
+                turns.append(turn)
+                where.append(offsets[k])
+                lengths.append(len(raw))
+            elif turn.kind in OTHER_KINDS:
+                others.append(json.loads(raw))
         file = self.turns.file_code(name)
-        lines = list(tail.read_new())
-        turns, others = [], []
-        for line in lines:
-            try:
-                turn = TURN_LINE.decode(line.raw)
-            except msgspec.DecodeError:  # not JSON, or a field of an unexpected shape: read it as plain JSON
-                turn = None
-            if turn is not None and (turn.kind == "turn" or turn.kind in SERVED_KINDS):
-                turns.append((turn, line))
-                continue
-            try:
-                record = json.loads(line.raw)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict):
-                tail.mark_bad(line)
-            elif record.get("kind") == "turn" or record.get("kind") in SERVED_KINDS:
-                turns.append((msgspec.convert(record, TurnLine, strict=False), line))
-            else:
-                others.append(record)
         with self.lock:
-            for turn, line in turns:
-                self.turns.add(turn, file, line.offset, len(line.raw))
+            self.turns.add(turns, file, where, lengths)
             for record in others:
-                kind = record.get("kind")
-                if kind in ("update", "metrics") and isinstance(record.get("update"), int):
-                    entry = self.updates.setdefault(record["update"], {"update": record["update"]})
-                    entry |= {k: record[k] for k in UPDATE_FIELDS if k in record}
-                    entry |= record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-                elif kind == "eval_episode":
-                    self.eval_episodes.append(record)
-                elif kind == "event":
-                    self.events.append(record)
-        return bool(lines)
+                self._add_other(record)
+        return True
+
+    def _add_other(self, record: dict[str, Any]) -> None:
+        kind = record.get("kind")
+        if kind in ("update", "metrics") and isinstance(record.get("update"), int):
+            entry = self.updates.setdefault(record["update"], {"update": record["update"]})
+            entry |= {k: record[k] for k in UPDATE_FIELDS if k in record}
+            entry |= record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+        elif kind == "eval_episode":
+            self.eval_episodes.append(record)
+        elif kind == "event":
+            self.events.append(record)
 
     def _tail(self, path: Path) -> JsonlTail:
         key = str(path)
@@ -260,6 +266,19 @@ class RunIndex:
             return [i]
         rows = self.turns.select(TurnFilter(episode=t.episodes.names[code])).tolist()
         return sorted(rows, key=lambda j: (t.step.values[j], j))
+
+
+def _decode(raw: bytes) -> TurnLine | None:
+    """One line's fields (``None``: not a JSON object); a field of an odd shape is read leniently."""
+    try:
+        return TURN_LINE.decode(raw)
+    except msgspec.DecodeError:
+        pass
+    try:
+        record = json.loads(raw)
+        return msgspec.convert(record, TurnLine, strict=False) if isinstance(record, dict) else None
+    except (ValueError, msgspec.ValidationError):
+        return None
 
 
 def _eval_point(row: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 REPLIES = (
@@ -37,50 +38,42 @@ def write_synthetic_run(
     per_version = max(1, turns // versions)
     sample_no, accepted_seen = 0, 0
     ledger, evals = [], []
+    templates: dict[tuple[object, ...], list[str]] = {}
     for version in range(versions):
         count = per_version if version < versions - 1 else turns - per_version * (versions - 1)
         samples: list[str] = []
         with (root / "logs" / f"v{version:05d}.jsonl").open("w", encoding="utf-8") as fh:
             for k in range(count):
-                text, evaluative, directive = rng.choice(USER_REPLIES)
+                user = rng.randrange(len(USER_REPLIES))
                 score = rng.choice((1, 0, -1, -1))
-                hint = directive if directive and score == -1 and rng.random() < 0.8 else None
-                masked = (score == 0 and hint is None) or rng.random() < 0.05
+                hinted = USER_REPLIES[user][2] is not None and score == -1 and rng.random() < 0.8
+                masked = (score == 0 and not hinted) or rng.random() < 0.05
+                reason = (REASONS[k % 3] if score != 0 or hinted else "no_signal") if masked else None
+                reply = rng.randrange(len(REPLIES))
                 sample_id = None
                 if not masked:
                     sample_no += 1
                     sample_id = f"a0-{sample_no:07d}"
                     samples.append(sample_id)
-                reply = rng.choice(REPLIES)
-                record = {
-                    "kind": "turn",
-                    "time": 1.7e9 + version * 60 + k * 0.01,
-                    "episode": f"ep{version:03d}{k // 2:07d}",
-                    "group": "",
-                    "task": f"test-{rng.randrange(500):04d}",
-                    "step": k % 2 + 1,
-                    "version": version,
-                    "status": "ok",
-                    "finish_reason": "stop",
-                    "action": reply,
-                    "tokens": len(reply),
-                    "next_state": {"text": text, "role": "user", "evaluative": evaluative, "directive": directive},
-                    "decision": "masked" if masked else "accepted",
-                    "reason": (REASONS[k % 3] if score != 0 or hint else "no_signal") if masked else None,
-                    "sample_id": sample_id,
-                    "judgement": {
-                        "score": score,
-                        "votes": [{"score": score, "text": f"the user reacted: {text[:40]} \\boxed{{{score}}}"}] * 3,
-                        "hint": hint,
-                        "available": True,
-                    },
-                    "hint_accepted": hint is not None,
-                }
-                if sample_id is not None:
                     accepted_seen += 1
-                    if accepted_seen % credit_every == 0:
-                        record["credit"] = _credit(rng, reply, score)
-                fh.write(_line(record))
+                key = (reply, user, score, hinted, reason)
+                if key not in templates:
+                    templates[key] = _template(_turn(REPLIES[reply], USER_REPLIES[user], score, hinted, reason))
+                values = {
+                    "E": f'"ep{version:03d}{k // 2:07d}"',
+                    "T": f'"test-{rng.randrange(500):04d}"',
+                    "S": str(k % 2 + 1),
+                    "V": str(version),
+                    "I": f'"{sample_id}"' if sample_id else "null",
+                    "M": f"{1.7e9 + version * 60 + k * 0.01:.2f}",
+                }
+                parts = templates[key]
+                line = "".join(part if i % 2 == 0 else values[part] for i, part in enumerate(parts))
+                if sample_id is not None and accepted_seen % credit_every == 0:
+                    record = json.loads(line)
+                    record["credit"] = _credit(rng, REPLIES[reply], score)
+                    line = _line(record)
+                fh.write(line)
             fh.write(_line({"kind": "update", "update": version + 1, "staleness": rng.uniform(0, 1)}))
             fh.write(_line({"kind": "metrics", "update": version + 1, "metrics": {"loss": rng.uniform(-0.1, 0.1)}}))
         ledger.append({"kind": "update", "update": version + 1, "samples": samples[:16], "dropped": []})
@@ -90,6 +83,40 @@ def write_synthetic_run(
     summary = {"status": "done", "message": f"finished {versions} updates", "updates": versions, "turns": turns}
     (root / "summary.json").write_text(json.dumps(summary))
     return root
+
+
+def _turn(reply: str, user: tuple[str, int, str | None], score: int, hinted: bool, reason: str | None) -> dict:
+    """A turn record whose varying fields are placeholders (``"@@E@@"``: see :func:`_template`)."""
+    text, evaluative, directive = user
+    return {
+        "kind": "turn",
+        "time": "@@M@@",
+        "episode": "@@E@@",
+        "group": "",
+        "task": "@@T@@",
+        "step": "@@S@@",
+        "version": "@@V@@",
+        "status": "ok",
+        "finish_reason": "stop",
+        "action": reply,
+        "tokens": len(reply),
+        "next_state": {"text": text, "role": "user", "evaluative": evaluative, "directive": directive},
+        "decision": "masked" if reason else "accepted",
+        "reason": reason,
+        "sample_id": "@@I@@",
+        "judgement": {
+            "score": score,
+            "votes": [{"score": score, "text": f"the user reacted: {text[:40]} \\boxed{{{score}}}"}] * 3,
+            "hint": directive if hinted else None,
+            "available": True,
+        },
+        "hint_accepted": hinted,
+    }
+
+
+def _template(record: dict[str, object]) -> list[str]:
+    """The record's JSON line cut at its placeholders: literal text, a placeholder's letter, literal text, …"""
+    return re.split(r'"@@(\w)@@"', _line(record))
 
 
 def _line(record: dict[str, object]) -> str:

@@ -73,6 +73,18 @@ class Codes:
             self.names.append(name)
         return found
 
+    def codes(self, names: list[str]) -> list[int]:
+        """The codes of ``names``, in order."""
+        ids = self.ids
+        out = []
+        for name in names:
+            found = ids.get(name)
+            if found is None:
+                found = ids[name] = len(self.names)
+                self.names.append(name)
+            out.append(found)
+        return out
+
     def matching(self, text: str) -> list[int]:
         """Codes of the names containing ``text`` (case-insensitive)."""
         needle = text.lower()
@@ -143,34 +155,33 @@ class TurnTable:
             self.files.append(name)
         return self.files.index(name)
 
-    def add(self, turn: TurnLine, file: int, offset: int, length: int) -> None:
-        """Index one turn (a log line of ``kind`` turn, side or one_off)."""
-        judgement = turn.judgement
-        score = NO_SCORE
-        if judgement is not None:
-            self.judged += 1
-            value = judgement.score
-            if judgement.available is not False and isinstance(value, int | float) and math.isfinite(value):
-                score = (value > 0) - (value < 0)
-        reason = "accepted" if turn.decision == "accepted" else str(turn.reason or turn.kind)
-        task = str(turn.task or turn.session or "")
-        self.file.values.append(file)
-        self.offset.values.append(offset)
-        self.length.values.append(length)
-        self.version.values.append(_int(turn.version))
-        self.step.values.append(_int(turn.step))
-        self.score.values.append(score)
-        self.reason.values.append(self.reasons.code(reason))
-        self.task.values.append(self.tasks.code(task))
-        self.episode.values.append(self.episodes.code(str(turn.episode or "")))
-        self.hint.values.append(bool(turn.hint_accepted))
-        self.credit.values.append(bool(turn.credit) or bool(turn.advantage))
-        ns = turn.next_state.text if turn.next_state is not None else None
-        hint = judgement.hint if judgement is not None else None
-        self.search.append(f"{turn.action or ''}\n{ns or ''}\n{hint or ''}\n{task}"[:SEARCH_CHARS].lower())
-        if turn.sample_id:
-            self.sample_ids.add(str(turn.sample_id))
-        self.n += 1
+    def add(self, turns: list[TurnLine], file: int, offsets: list[int], lengths: list[int]) -> None:
+        """Index turns (log lines of ``kind`` turn, side or one_off) read from one file, column by column."""
+        count = len(turns)
+        self.file.values.extend([file] * count)
+        self.offset.values.extend(offsets)
+        self.length.values.extend(lengths)
+        self.version.values.extend([_int(t.version) for t in turns])
+        self.step.values.extend([_int(t.step) for t in turns])
+        self.score.values.extend([_score(t.judgement) for t in turns])
+        self.judged += sum(t.judgement is not None for t in turns)
+        self.reason.values.extend(
+            self.reasons.codes(["accepted" if t.decision == "accepted" else str(t.reason or t.kind) for t in turns])
+        )
+        tasks = [str(t.task or t.session or "") for t in turns]
+        self.task.values.extend(self.tasks.codes(tasks))
+        self.episode.values.extend(self.episodes.codes([str(t.episode or "") for t in turns]))
+        self.hint.values.extend([bool(t.hint_accepted) for t in turns])
+        self.credit.values.extend([bool(t.credit) or bool(t.advantage) for t in turns])
+        self.search.extend(
+            [
+                f"{t.action or ''}\n{t.next_state.text if t.next_state else ''}\n"
+                f"{t.judgement.hint if t.judgement else ''}\n{task}"[:SEARCH_CHARS].lower()
+                for t, task in zip(turns, tasks, strict=True)
+            ]
+        )
+        self.sample_ids.update(str(t.sample_id) for t in turns if t.sample_id)
+        self.n += count
 
     def select(self, f: TurnFilter, n: int | None = None) -> np.ndarray:
         """Indices of the turns (of the first ``n``) that pass ``f``, in order; raises ``ValueError`` for a
@@ -235,7 +246,19 @@ def _rates(hits: np.ndarray, totals: np.ndarray) -> list[float | None]:
     return [round(float(h / t), 4) if t else None for h, t in zip(hits, totals, strict=True)]
 
 
+def _score(judgement: Judged | None) -> int:
+    """A judged turn's score as -1, 0 or 1 (:data:`NO_SCORE` when no judge scored it)."""
+    if judgement is None or judgement.available is False:
+        return NO_SCORE
+    value = judgement.score
+    if isinstance(value, int | float) and math.isfinite(value):
+        return (value > 0) - (value < 0)
+    return NO_SCORE
+
+
 def _int(value: Any) -> int:
+    if type(value) is int:
+        return value
     try:
         return int(value)
     except (TypeError, ValueError):

@@ -7,6 +7,7 @@ locked: the reader opens the file read-only, reads from where it stopped and clo
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -27,6 +28,19 @@ class Line:
     raw: bytes
 
 
+class Chunk:
+    """Complete lines read at once: ``data`` ends with a newline; ``base`` is its offset in the file and
+    ``first_line`` the number of its first line."""
+
+    def __init__(self, data: bytes, base: int, first_line: int):
+        self.data, self.base, self.first_line = data, base, first_line
+        self.lines = data.split(b"\n")[:-1]
+
+    def offsets(self) -> list[int]:
+        """Where each line starts in the file."""
+        return list(itertools.accumulate((len(raw) + 1 for raw in self.lines[:-1]), initial=self.base))
+
+
 @dataclass
 class JsonlTail:
     """The read position in one JSONL file and what was wrong with it so far."""
@@ -37,41 +51,46 @@ class JsonlTail:
     bad: list[int] = field(default_factory=list)  # line numbers of complete lines that are not JSON
     pending: int = 0  # bytes after the last newline: a line still being written (or torn by a kill)
 
-    def read_new(self, limit: int = MAX_READ) -> Iterator[Line]:
-        """The non-empty lines completed since the last call (at most ``limit`` bytes' worth)."""
+    def read_chunk(self, limit: int = MAX_READ) -> Chunk | None:
+        """The complete lines written since the last call (at most ``limit`` bytes' worth), or ``None``."""
         try:
             size = os.stat(self.path).st_size
         except OSError:
-            return
+            return None
         if size < self.offset:  # the file was replaced or cut: start over
             self.offset, self.lines, self.bad = 0, 0, []
         if size == self.offset:
             self.pending = 0
-            return
+            return None
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
-            chunk = fh.read(min(size - self.offset, limit))
-        end = chunk.rfind(b"\n") + 1
+            data = fh.read(min(size - self.offset, limit))
+        end = consumed = data.rfind(b"\n") + 1
         if end == 0:  # no complete line yet
-            self.pending = len(chunk)
-            if len(chunk) < limit:
-                return
-            end = len(chunk)  # one line longer than a whole read: take it as a line of its own
-        start, base = 0, self.offset
-        self.offset += end
-        self.pending = size - self.offset
-        while start < end:
-            stop = chunk.find(b"\n", start, end)
-            stop = end if stop < 0 else stop
-            raw = chunk[start:stop]
-            self.lines += 1
-            if raw.strip():
-                yield Line(self.lines, base + start, raw)
-            start = stop + 1
+            self.pending = len(data)
+            if len(data) < limit:
+                return None
+            consumed = len(data)  # one line longer than a whole read: taken as a line of its own
+            data += b"\n"
+            end = len(data)
+        chunk = Chunk(data[:end], self.offset, self.lines + 1)
+        self.offset += consumed
+        self.pending = max(0, size - self.offset)
+        self.lines += len(chunk.lines)
+        return chunk
 
-    def mark_bad(self, line: Line) -> None:
-        """Count ``line`` as one that is not a JSON object (skipped)."""
-        self.bad.append(line.number)
+    def read_new(self) -> Iterator[Line]:
+        """The non-empty lines completed since the last call."""
+        chunk = self.read_chunk()
+        if chunk is None:
+            return
+        for k, (raw, offset) in enumerate(zip(chunk.lines, chunk.offsets(), strict=True)):
+            if raw.strip():
+                yield Line(chunk.first_line + k, offset, raw)
+
+    def mark_bad(self, number: int) -> None:
+        """Count line ``number`` as one that is not a JSON object (skipped)."""
+        self.bad.append(number)
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The new lines that are JSON objects (the others marked bad)."""
@@ -83,7 +102,7 @@ class JsonlTail:
             if isinstance(record, dict):
                 yield record
             else:
-                self.mark_bad(line)
+                self.mark_bad(line.number)
 
 
 def read_line(path: Path, offset: int, length: int) -> dict[str, Any] | None:
