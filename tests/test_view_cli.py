@@ -3,6 +3,7 @@ clear line and exit 2; with an API key the page and the API need it (once as ``?
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,18 @@ def test_with_a_key_every_route_but_healthz_needs_it(small_run):
             assert client.get("/api/runs", headers={"Host": "far.example"}).status_code == 200  # the key, not the name
     finally:
         server.stop()
+
+
+def test_beside_a_run_it_serves_the_folder_in_its_own_process_and_stops_with_close(small_run):
+    from claw_train.view.launch import Beside
+
+    viewer = Beside(small_run)
+    try:
+        assert viewer.url.startswith("http://127.0.0.1:")
+        assert httpx.get(viewer.url + "api/runs", timeout=10).json()[0]["counts"]["turns"] == 60
+        assert os.getpriority(os.PRIO_PROCESS, viewer.proc.pid) >= 10  # behind the run
+    finally:
+        viewer.close()
+    assert viewer.proc.poll() is not None
+    with pytest.raises(RuntimeError, match=r"claw-view did not start: claw-view: .*no such folder"):
+        Beside(small_run.parent / "missing")

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print("tiny model: the cached build, or a few minutes to build and bootstrap it on first use")
             model_path = resolve_model("tiny", family=spec.name, progress=True, say=console.print)
         pipeline = Pipeline(args, model_path=model_path, on_message=lambda text: console.print(text, markup=False))
-        result = asyncio.run(_run(pipeline, console, args.display))
+        result = asyncio.run(_run(pipeline, console, args.display, args.view))
     except (RunError, ConfigError, PolicyError) as err:
         console.print(f"[red]claw-train:[/red] {escape(str(err))}")
         return 2
@@ -120,7 +120,36 @@ def curve(evals: list[dict[str, Any]], width: int = 40) -> str:
     return "\n".join(lines)
 
 
-async def _run(pipeline: Any, console: Any, display: bool) -> Any:
+async def _run(pipeline: Any, console: Any, display: bool, view: bool = False) -> Any:
+    """Run the pipeline (with claw-view beside it for ``--view``)."""
+    if not view:
+        return await _watch(pipeline, console, display)
+    beside = asyncio.create_task(_open_view(pipeline.out, console))
+    try:
+        return await _watch(pipeline, console, display)
+    finally:
+        beside.cancel()
+        viewer = await asyncio.gather(beside, return_exceptions=True)
+        if viewer and hasattr(viewer[0], "close"):
+            viewer[0].close()
+
+
+async def _open_view(out: Any, console: Any) -> Any:
+    """claw-view over ``out`` once the run has written its ``run.json``; says where (or why not)."""
+    from claw_train.view.launch import Beside
+
+    while not (out / "run.json").exists():
+        await asyncio.sleep(0.2)
+    try:
+        viewer = await asyncio.to_thread(Beside, out)
+    except RuntimeError as err:
+        console.print(f"claw-train --view: {err}", markup=False)
+        return None
+    console.print(f"claw-view: {viewer.url}  (the run's page, live)", markup=False)
+    return viewer
+
+
+async def _watch(pipeline: Any, console: Any, display: bool) -> Any:
     """Run the pipeline under a live display on a terminal, or with a plain status line every 15 s."""
     task = asyncio.create_task(pipeline.run())
     if display and console.is_terminal:
