@@ -235,6 +235,8 @@ class EvalArgs:
     running a policy (families that support it)."""
     config: Path | None = None
     """YAML file with any of these options by underscored name."""
+    sessions: Path | None = None
+    """A claw-serve run folder: how often its first and latest weights break a hint the same user gave earlier."""
 
 
 @dataclass

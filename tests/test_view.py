@@ -10,6 +10,7 @@ folder) also writes the README's screenshot, ``docs/img/claw-view.png``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
@@ -302,3 +303,31 @@ def test_screenshot_of_a_demo_run(page):
     finally:
         server.stop()
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_sessions_check_counts_replies_breaking_their_users_hints(finished, viewer, page):
+    """``claw-eval --sessions``'s check (on this run's conversations: a claw-serve folder has the same records)."""
+    from claw_envs import family_spec
+    from claw_envs.conversation.live import LiveChat
+    from claw_train.evaluation.sessions import check_sessions, openings
+
+    chosen = openings(finished)
+    assert chosen and all(o.hints and o.prompt.startswith("<|im_start|>user") for o in chosen)
+    check = check_sessions(finished, family_spec("conversation"), max_new_tokens=16)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # this thread runs the browser's event loop
+        report = pool.submit(asyncio.run, check).result()
+    first, latest = report["versions"]
+    assert latest["label"] == f"latest (checkpoint-{UPDATES})" and first["replies"] == report["prompts"]
+    used = [o for o in chosen if not o.trained] if report["held_out"] else chosen
+    assert report["prompts"] == len(used) and first["checks"] == sum(len(o.hints) for o in used)
+    for example in report["examples"]:  # the rules judge took the family's own reading of each hint
+        own = LiveChat().hint_check(example["hint"], example["reply"], example["request"]).evaluative.score
+        assert example["score"] == own
+    broken = sum(e["score"] < 0 for e in report["examples"] if e["version"] == first["label"])
+    assert broken == first["broken"] or len(report["examples"]) == 40
+    page.goto(viewer)
+    page.get_by_role("tab", name="Did it improve?").click()
+    rows = page.locator("#improve .sessions tr")
+    rows.nth(2).wait_for()
+    assert rows.nth(1).inner_text().split("\t")[:2] == [first["label"], f"{100 * first['broken_rate']:.1f}%"]
+    assert rows.nth(2).inner_text().split("\t")[:2] == [latest["label"], f"{100 * latest['broken_rate']:.1f}%"]

@@ -111,3 +111,12 @@ def test_beside_a_run_it_serves_the_folder_in_its_own_process_and_stops_with_clo
     assert viewer.proc.poll() is not None
     with pytest.raises(RuntimeError, match=r"claw-view did not start: claw-view: .*no such folder"):
         Beside(small_run.parent / "missing")
+
+
+def test_claw_eval_sessions_needs_a_run_folder_with_prompts(tmp_path, small_run, capsys):
+    from claw_train.commands.evaluate import main as claw_eval
+
+    assert claw_eval(["--sessions", str(tmp_path)]) == 2
+    assert "not a run folder (no readable run.json)" in " ".join(capsys.readouterr().out.split())
+    assert claw_eval(["--sessions", str(small_run)]) == 2  # synthetic turns log no prompts
+    assert "its turns do not log their prompts" in " ".join(capsys.readouterr().out.split())
