@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from claw_train.advantages import StepReward, method_advantages, step_index_normalise
@@ -18,7 +19,7 @@ from claw_train.logs import VersionedLog
 from claw_train.metrics import Stats
 from claw_train.policy.base import Policy, PolicyError
 from claw_train.records import TrainSample, TurnRecord
-from claw_train.turn_text import prompt_piece, token_credit
+from claw_train.turn_text import prompt_piece, screenshot, token_credit
 
 
 class SampleMaker:
@@ -210,7 +211,10 @@ class SampleMaker:
                     w_rl=self.w_rl,
                     w_opd=self.w_opd,
                 )
-            record = turn_record(turn, judgement, adv, reason, sample_id, tokenizer=tokenizer, credit=credit)
+            images = self.log.root / "images"
+            record = turn_record(
+                turn, judgement, adv, reason, sample_id, tokenizer=tokenizer, credit=credit, image_dir=images
+            )
             self.log.write(turn.policy_version, record)
             self.stats.logged(turn.episode_id)
         return out
@@ -225,10 +229,11 @@ def turn_record(
     *,
     tokenizer: Any = None,
     credit: dict[str, Any] | None = None,
+    image_dir: Path | None = None,
 ) -> dict[str, Any]:
     """The log line of one judged turn: the action, its next state, the votes and hint, and the accept/mask decision;
     with the policy's ``tokenizer`` also the prompt as it saw it, and a trained sample's per-token ``credit``
-    (:mod:`claw_train.turn_text`)."""
+    (:mod:`claw_train.turn_text`); with ``image_dir`` a GUI turn's screenshot is saved there."""
     ns = turn.next_state
     record: dict[str, Any] = {
         "kind": "turn",
@@ -261,6 +266,8 @@ def turn_record(
         record["advantage"] = {"mean": sum(adv) / len(adv), "min": min(adv), "max": max(adv)}
     if tokenizer is not None:
         record["prompt"] = prompt_piece(tokenizer, turn)
+    if ns is not None and ns.image is not None and image_dir is not None:
+        record["next_state"]["image"] = screenshot(image_dir, turn, ns.image)
     if credit is not None:
         record["credit"] = credit
     for key in ("judge_error", "teacher_error"):

@@ -5,6 +5,8 @@
   turn before did not have: its reply and the env's answer), decoded with special tokens. A turn's whole prompt is
   its piece after the pieces of the turns before it (``claw_train.view.detail.prompt_text``), so an episode's logs
   hold each token once instead of growing with the square of its length.
+* ``next_state.image``: a GUI turn's screenshot, written as ``logs/images/<episode>-<step>.png`` (the field holds
+  that path, relative to ``logs/``).
 * ``credit``: the reply's tokens as text ``pieces`` (one per token; a token that ends inside a character is ``""``
   and the next one carries it), the ``advantage`` trained on per token, and for OPD/Combined the ``teacher`` and
   behaviour (``old``) log-probs (teacher − old is the OPD part), with the ``score`` and the weights, rounded to
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from claw_train.logs import Deferred
@@ -52,6 +55,19 @@ def token_credit(
     if teacher is not None:
         credit |= {"teacher": _rounded(teacher), "old": _rounded(turn.logprobs)}
     return credit
+
+
+def screenshot(image_dir: Path, turn: TurnRecord, png: bytes) -> Deferred:
+    """The ``next_state.image`` field of a GUI turn: the PNG written to ``image_dir`` when the line is written, the
+    field its path relative to the logs folder."""
+    name = f"{turn.episode_id}-{turn.step_index}.png"
+    return Deferred(_write_png, image_dir, name, png)
+
+
+def _write_png(image_dir: Path, name: str, png: bytes) -> str:
+    image_dir.mkdir(parents=True, exist_ok=True)
+    (image_dir / name).write_bytes(png)
+    return f"{image_dir.name}/{name}"
 
 
 def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:

@@ -212,11 +212,11 @@ def test_a_trained_samples_tokens_are_coloured_as_its_credit_says(finished, view
 
 
 def _expected(value: float, scale: float) -> tuple[int, int, int, float]:
-    """The page's colour rule: green above 0, red below, opacity |value| / (the row's largest |value|)."""
+    """The page's colour rule: green above 0, red below, opacity sqrt(|value| / the row's largest |value|)."""
     if value == 0:
         return (0, 0, 0, 0.0)
     rgb = (26, 127, 55) if value > 0 else (207, 34, 46)
-    return (*rgb, min(1.0, abs(value) / scale))
+    return (*rgb, min(1.0, abs(value) / scale) ** 0.5)
 
 
 def _same_colour(css: str, want: tuple[int, int, int, float]) -> bool:

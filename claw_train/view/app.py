@@ -3,7 +3,8 @@ API over the runs' indexes.
 
 Routes: ``GET /`` (the page), ``/static/…``, ``/api/runs`` (each run's state: live or finished, counts, problems
 found reading it), ``/api/curves``, ``/api/turns`` (a filtered page of the turn list, Tabulator's remote format),
-``/api/turn`` (one turn in full, with its episode and its prompt), ``/api/improve`` (the before/after check),
+``/api/turn`` (one turn in full, with its episode and its prompt), ``/api/image`` (a GUI turn's screenshot),
+``/api/improve`` (the before/after check),
 ``/healthz``. A bad query parameter is a 400 with a one-line message, never a 500.
 
 Access: with an API key every route but ``/healthz`` needs it — ``Authorization: Bearer <key>``, or ``?key=<key>``
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,8 @@ from claw_train.view.table import TurnFilter
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "claw_view_key"
+IMAGE = re.compile(r"images/[\w.-]+\.png")
+"""A GUI turn's screenshot, as its record names it (nothing outside ``logs/images/`` is served)."""
 MAX_PAGE = 500
 
 
@@ -118,6 +122,16 @@ def create_app(runs: Sequence[RunIndex], *, key: str = "") -> FastAPI:
         index = runs[i]
         number = _number(n, "n", low=0, high=index.turns.n - 1)
         return turn_detail(index, number) | {"run": i}
+
+    @app.get("/api/image")
+    def image(run: str, path: str) -> Response:
+        index = runs[_runs(run, len(runs))[0]]
+        if not IMAGE.fullmatch(path):
+            raise BadQuery(f"path must name a screenshot under logs/images/, not {path!r}")
+        file = index.root / "logs" / path
+        if not file.is_file():
+            return JSONResponse({"error": f"{path}: not in this run's logs"}, 404)
+        return FileResponse(file, media_type="image/png")
 
     @app.get("/api/improve")
     def improve(run: str = "0") -> dict[str, Any]:

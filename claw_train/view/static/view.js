@@ -268,7 +268,9 @@ async function openTurn(run, n) {
   parts.push(el("h3", {}, `reply (${r.tokens ?? "?"} tokens, ${r.finish_reason || "?"})`), el("pre", { class: "reply" }, r.action || ""));
   if (r.next_state) {
     parts.push(el("h3", {}, `next state (${ns.role || "?"}, evaluative ${fmt(ns.evaluative, 1)}${ns.outcome !== null && ns.outcome !== undefined ? ", outcome " + fmt(ns.outcome) : ""})`),
-      el("pre", { class: "next-state" }, ns.text || ""), ns.directive ? el("p", {}, "directive: ", el("em", {}, ns.directive)) : null);
+      el("pre", { class: "next-state" }, ns.text || ""), ns.directive ? el("p", {}, "directive: ", el("em", {}, ns.directive)) : null,
+      typeof ns.image === "string" && ns.image.startsWith("images/")
+        ? el("img", { class: "screenshot", alt: "the screen after this turn", src: `/api/image?run=${run}&path=${encodeURIComponent(ns.image)}` }) : null);
   }
   if (j) {
     parts.push(el("h3", {}, `judge: ${fmt(j.score, 0)}${j.available === false ? " (unavailable)" : ""}`), votesTable(j.votes || [], "PRM vote"));
@@ -304,11 +306,12 @@ function votesTable(votes, what) {
       el("td", {}, v.error ? `error: ${v.error}` : v.text || ""), el("td", {}, v.hint || ""))));
 }
 
-// Colour of a credit value: green above 0, red below, opacity |value| / scale (scale: the row's largest |value|).
+// Colour of a credit value: green above 0, red below, opacity sqrt(|value| / scale) (scale: the row's largest
+// |value|; the square root keeps small credit visible beside one large value).
 function creditColour(value, scale) {
   if (!value || !scale) return "transparent";
   const [r, g, b] = value > 0 ? CREDIT_RGB.pos : CREDIT_RGB.neg;
-  const alpha = Math.min(1, Math.abs(value) / scale);
+  const alpha = Math.sqrt(Math.min(1, Math.abs(value) / scale));
   return `rgba(${r}, ${g}, ${b}, ${Math.round(alpha * 1000) / 1000})`;
 }
 view.creditColour = creditColour;
