@@ -118,7 +118,7 @@ def create_app(runs: Sequence[RunIndex], *, key: str = "") -> FastAPI:
 
     @app.get("/api/turn")
     def turn(run: str, n: str) -> dict[str, Any]:
-        i = _runs(run, len(runs))[0] if run != "all" else 0
+        i = _number(run, "run", low=0, high=len(runs) - 1)
         index = runs[i]
         number = _number(n, "n", low=0, high=index.turns.n - 1)
         return turn_detail(index, number) | {"run": i}

@@ -67,7 +67,7 @@ def improvement(index: RunIndex) -> dict[str, Any]:
         evals = list(index.evals)
     out: dict[str, Any] = {"sessions": _sessions_check(index)}
     updates = sorted({int(e.get("update", 0)) for e in episodes})
-    if len(updates) < 1:
+    if not updates:
         out["message"] = (
             "no held-out replies in this run's logs (claw-train logs them at each --eval-every evaluation)"
             if not out["sessions"]

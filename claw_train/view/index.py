@@ -195,8 +195,10 @@ class RunIndex:
             state["status"] = f"{summary.get('status')}: {summary.get('message')}"
         elif age is not None and age < LIVE_SECONDS:
             state["status"] = "live"
+        elif self.last_write:
+            state["status"] = f"no write for {age:.0f} s and no summary (stopped, or between slow steps)"
         else:
-            state["status"] = "stopped without a summary (killed?)" if self.last_write else "empty"
+            state["status"] = "empty"
         state["live"] = not ended and age is not None and age < LIVE_SECONDS
         state["seconds_since_write"] = None if age is None else round(age, 1)
         return state
