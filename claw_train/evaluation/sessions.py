@@ -6,7 +6,7 @@ token-exact) whose user gave at least one accepted hint in that session. Held ou
 trained on (not in the ledger); when every one was, all are used and the report says so. Each version — the run's
 starting model and its latest checkpoint — answers each opening afresh (greedy), and the run's judge (``--judge``
 of the run, ``rules`` by default, with its votes) decides for each reply and each of that user's hints whether the
-reply breaks it (template ``prm_hint_check``; the rules judge takes the family's own reading,
+reply breaks it (the family's ``JudgeTemplates.hint_check``, ``prm_hint_check`` by default; the rules judge takes the family's own reading,
 ``FamilySpec.live``'s ``hint_check``). The figure: the share of (reply, hint) checks judged broken (-1); checks
 judged 0 (the hint does not apply, or the judge cannot tell) are counted apart.
 
@@ -102,7 +102,7 @@ async def check_sessions(run_dir: Path, spec: FamilySpec, *, max_new_tokens: int
     for label, model in versions:
         policy = load_policy(model, "inprocess", family=spec.name, progress=False)
         judge_backend = backend or make_backend("policy", policy=policy, **judge_options)
-        judge = PRMJudge(judge_backend, "prm_hint_check", votes=int(options.get("votes") or 3))
+        judge = PRMJudge(judge_backend, spec.judge.hint_check, votes=int(options.get("votes") or 3))
         counts = {"replies": 0, "checks": 0, "broken": 0, "not_applicable": 0}
         try:
             for o in chosen:
