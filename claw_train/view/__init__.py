@@ -5,6 +5,7 @@
 * :mod:`~claw_train.view.index` — one run folder, refreshed incrementally
 * :mod:`~claw_train.view.detail` — one turn in full (its prompt put together) and the before/after check
 * :mod:`~claw_train.view.app` — the page and its JSON API (FastAPI); :mod:`~claw_train.view.server` runs it
+* :mod:`~claw_train.view.launch` — claw-view in its own process beside a run (``--view``)
 * :mod:`~claw_train.view.synthetic` — a synthetic run folder of any size (the bench, the tests)
 
 The page draws its curves with uPlot and its turn list with Tabulator, both vendored under ``static/vendor/`` with

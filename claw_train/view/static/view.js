@@ -286,7 +286,7 @@ async function openTurn(run, n) {
         el("a", { href: "#", onclick: (e) => { e.preventDefault(); openTurn(run, t.n); } }, `step ${t.step}`),
         ` · version ${t.version} · ${t.decision}`))));
   }
-  box.replaceChildren(...parts);
+  box.replaceChildren(...parts.filter((p) => p !== null && p !== undefined));
   box.scrollIntoView({ block: "nearest" });
 }
 
