@@ -18,7 +18,7 @@ from claw_train.metrics import Stats
 from claw_train.records import TurnRecord
 from claw_train.turn_text import token_pieces
 from claw_train.view.app import create_app
-from claw_train.view.index import RunIndex
+from claw_train.view.runs import RunIndex
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 

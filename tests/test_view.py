@@ -28,7 +28,7 @@ from claw_envs.gui.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 from claw_train.config import TrainArgs, build  # noqa: E402
 from claw_train.logs import Ledger, read_logs  # noqa: E402
 from claw_train.pipeline import Pipeline  # noqa: E402
-from claw_train.view.index import RunIndex  # noqa: E402
+from claw_train.view.runs import RunIndex  # noqa: E402
 from claw_train.view.server import ViewServer, listen  # noqa: E402
 
 pytestmark = [

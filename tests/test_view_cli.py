@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from claw_train.commands.view import main
-from claw_train.view.index import RunIndex
+from claw_train.view.runs import RunIndex
 from claw_train.view.server import ViewServer, listen
 from claw_train.view.synthetic import write_synthetic_run
 

@@ -12,7 +12,7 @@ import pytest
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from claw_envs.gui.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
-from claw_train.view.index import RunIndex  # noqa: E402
+from claw_train.view.runs import RunIndex  # noqa: E402
 from claw_train.view.server import ViewServer, listen  # noqa: E402
 from claw_train.view.synthetic import write_synthetic_run  # noqa: E402
 

@@ -6,8 +6,8 @@ token-exact) whose user gave at least one accepted hint in that session. Held ou
 trained on (not in the ledger); when every one was, all are used and the report says so. Each version — the run's
 starting model and its latest checkpoint — answers each opening afresh (greedy), and the run's judge (``--judge``
 of the run, ``rules`` by default, with its votes) decides for each reply and each of that user's hints whether the
-reply breaks it (the family's ``JudgeTemplates.hint_check``, ``prm_hint_check`` by default; the rules judge takes the family's own reading,
-``FamilySpec.live``'s ``hint_check``). The figure: the share of (reply, hint) checks judged broken (-1); checks
+reply breaks it (a model judge with the family's ``JudgeTemplates.hint_check`` prompt; the rules judge takes the
+family's own reading, ``FamilySpec.live``'s ``hint_check``). The figure: the share of (reply, hint) checks judged broken (-1); checks
 judged 0 (the hint does not apply, or the judge cannot tell) are counted apart.
 
 The result is printed and written to ``RUN_DIR/sessions_check.json``, which claw-view's "did it improve?" shows.

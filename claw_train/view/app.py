@@ -28,7 +28,7 @@ from fastapi.staticfiles import StaticFiles
 
 from claw_train.bind import is_loopback
 from claw_train.view.detail import improvement, turn_detail
-from claw_train.view.index import RunIndex
+from claw_train.view.runs import RunIndex
 from claw_train.view.table import TurnFilter
 
 STATIC = Path(__file__).parent / "static"

@@ -1,12 +1,12 @@
 """What the page shows of one turn (its record, its episode, the prompt the policy saw) and of a whole run's
-before/after check, assembled from a :class:`~claw_train.view.index.RunIndex`."""
+before/after check, assembled from a :class:`~claw_train.view.runs.RunIndex`."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from claw_train.view.index import RunIndex
+from claw_train.view.runs import RunIndex
 
 SESSIONS_CHECK = "sessions_check.json"
 """Where ``claw-eval --sessions RUN_DIR`` leaves its figures in the run folder (the page shows them)."""

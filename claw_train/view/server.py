@@ -9,7 +9,7 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 
-from claw_train.view.index import RunIndex
+from claw_train.view.runs import RunIndex
 
 POLL_SECONDS = 1.0
 
