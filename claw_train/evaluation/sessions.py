@@ -7,8 +7,8 @@ trained on (not in the ledger); when every one was, all are used and the report 
 starting model and its latest checkpoint — answers each opening afresh (greedy), and the run's judge (``--judge``
 of the run, ``rules`` by default, with its votes) decides for each reply and each of that user's hints whether the
 reply breaks it (a model judge with the family's ``JudgeTemplates.hint_check`` prompt; the rules judge takes the
-family's own reading, ``FamilySpec.live``'s ``hint_check``). The figure: the share of (reply, hint) checks judged broken (-1); checks
-judged 0 (the hint does not apply, or the judge cannot tell) are counted apart.
+family's own reading, ``FamilySpec.live``'s ``hint_check``). The figure: the share of (reply, hint) checks judged
+broken (-1); checks judged 0 (the hint does not apply, or the judge cannot tell) are counted apart.
 
 The result is printed and written to ``RUN_DIR/sessions_check.json``, which claw-view's "did it improve?" shows.
 """
