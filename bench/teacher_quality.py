@@ -31,7 +31,7 @@ async def measure(policy, persona_name: str, n: int, max_new_tokens: int) -> dic
     """Mean rubric score and share correct of ``n`` first replies, plain and hinted, per way; and the plain
     replies' share correct and count in the persona's style (``styled``) and out of it (``other``)."""
     from claw_train.policy.base import SamplingParams
-    from claw_train.policy.inprocess import render_prompt
+    from claw_train.policy.render import render_prompt
 
     persona = load_persona(persona_name)
     tasks = builtin_tasks("test")

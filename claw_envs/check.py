@@ -5,6 +5,11 @@ For each task two episodes run on the env itself, through the public contract: t
 the **null** agent plays :meth:`~claw_envs.core.ClawEnv.null_action` (submit at once, an empty patch, ``DONE``)
 and must not. A task that fails either, or whose episode hits an infrastructure failure, is named with why —
 broken upstream tasks exist, and this is what catches them before they poison a training run.
+
+An env may say at reset what of the task's environment it only approximates (``info["approximations"]``, a list
+of lines: a Dockerfile line it skipped, a tool it lacks): a task whose oracle passes so "ran with an approximate
+environment", reported apart from a clean pass. The last step's ``info["diagnosis"]`` (an env's guess at why an
+episode ended unsolved, such as a command that needed the network) is added to a failing oracle's problem.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class EpisodeCheck:
     outcome: float | None
     steps: int
     error: str | None = None
+    approximations: tuple[str, ...] = ()
+    diagnosis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,8 @@ class TaskCheck:
         if self.oracle.error:
             return f"oracle: {self.oracle.error}"
         if self.oracle.outcome is None or self.oracle.outcome < SOLVED:
-            return f"the oracle solution does not solve it (outcome {self.oracle.outcome})"
+            why = f": {self.oracle.diagnosis}" if self.oracle.diagnosis else ""
+            return f"the oracle solution does not solve it (outcome {self.oracle.outcome}){why}"
         if self.null is None:
             return None
         if self.null.error:
@@ -53,26 +61,32 @@ class TaskCheck:
             return "doing nothing already solves it (the check cannot tell a solution from none)"
         return None
 
+    @property
+    def approximate(self) -> bool:
+        """Whether the oracle's episode ran with an approximate environment (see the module docstring)."""
+        return bool(self.oracle.approximations)
+
 
 async def play(env: ClawEnv, task_id: str, agent: Agent, max_steps: int | None = None) -> EpisodeCheck:
     """Run one episode of ``task_id`` with the oracle or the null agent; never raises for the task's faults."""
     pick: Callable[[], str | None] = env.reference_action if agent == "oracle" else env.null_action
     limit = max_steps or env.max_turns
     try:
-        await env.areset(options={"task_id": task_id})
+        _, info = await env.areset(options={"task_id": task_id})
     except Exception as err:  # a task the env cannot even start is the finding
         return EpisodeCheck(None, 0, f"reset failed: {type(err).__name__}: {err}")
+    approximations = tuple(str(line) for line in info.get("approximations") or ())
     for step in range(1, limit + 1):
         action = pick()
         if action is None:
-            return EpisodeCheck(None, step - 1, f"no {agent} action at step {step}")
+            return EpisodeCheck(None, step - 1, f"no {agent} action at step {step}", approximations)
         _, _, terminated, truncated, info = await env.astep(action)
         ns = info["next_state"]
         if info["status"] != StepStatus.OK.value:
-            return EpisodeCheck(None, step, ns.text)
+            return EpisodeCheck(None, step, ns.text, approximations)
         if terminated or truncated:
-            return EpisodeCheck(ns.outcome, step)
-    return EpisodeCheck(None, limit, f"still running after {limit} steps")
+            return EpisodeCheck(ns.outcome, step, None, approximations, info.get("diagnosis"))
+    return EpisodeCheck(None, limit, f"still running after {limit} steps", approximations)
 
 
 async def check_task(env: ClawEnv, task_id: str) -> TaskCheck:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -22,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike, load_source
 
 Role = Literal["user", "tool", "environment"]
 Message = dict[str, Any]
@@ -149,6 +150,10 @@ class Transition:
 class ClawEnv(gym.Env[Any, str]):
     """Base class of every claw environment (see the module docstring).
 
+    ``tasks`` is the task source: ``None`` (the family's built-in tasks of ``split``), a :class:`TaskSource`, or a
+    path or dataset name read by the family's loader (:meth:`load_tasks`), the value ``--tasks`` passes. A source
+    that cannot be read is a :class:`~claw_envs.tasks.TaskSourceError` (a ``ValueError``) here, not at ``reset``.
+
     Subclasses set ``default_max_turns`` and implement ``default_tasks``, ``_begin``
     and ``_act``; they may override ``_final_outcome`` (outcome when the turn limit truncates an
     episode), ``demonstrations`` (example data for bootstrapping a policy), ``reference_action``
@@ -160,7 +165,7 @@ class ClawEnv(gym.Env[Any, str]):
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         split: str = "train",
         max_turns: int | None = None,
@@ -170,7 +175,7 @@ class ClawEnv(gym.Env[Any, str]):
             raise ValueError(f"render_mode {render_mode!r} not in {self.metadata['render_modes']}")
         self.render_mode = render_mode
         self.split = split
-        self.tasks = tasks if tasks is not None else self.default_tasks(split)
+        self.tasks = self._task_source(tasks, split)
         self.max_turns = max_turns or self.default_max_turns
         self.observation_space = UnicodeText()
         self.action_space = UnicodeText()
@@ -186,6 +191,26 @@ class ClawEnv(gym.Env[Any, str]):
     def default_tasks(cls, split: str = "train") -> TaskSource:
         """The family's built-in tasks for ``split``."""
         raise NotImplementedError
+
+    @classmethod
+    def load_tasks(cls, source: str, split: str = "train") -> TaskSource:
+        """Read a task source given as text (a file, a folder, a dataset name) with the loader the family's spec
+        declares (``FamilySpec.load_tasks``); ``ValueError`` when it declares none."""
+        from claw_envs.registry import task_loader
+
+        loader = task_loader(cls)
+        if loader is None:
+            raise ValueError(f"{cls.__name__} reads no task files or datasets (its FamilySpec declares no load_tasks)")
+        return loader(source, split=split)
+
+    def _task_source(self, tasks: Any, split: str) -> TaskSource:
+        if tasks is None:
+            return self.default_tasks(split)
+        if isinstance(tasks, TaskSource):
+            return tasks
+        if isinstance(tasks, str | os.PathLike):
+            return load_source(self.load_tasks, tasks, split)
+        raise TypeError(f"tasks= takes a path, a dataset name or a TaskSource, not {type(tasks).__name__}")
 
     async def _begin(self, task: Task) -> Opening:
         """Start an episode on ``task``."""

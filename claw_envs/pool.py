@@ -17,7 +17,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 
@@ -26,6 +26,7 @@ from claw_envs.core import StepStatus, coerce_action
 Agent = Callable[[Any, dict], Awaitable[str]]
 BACKENDS = ("local", "ray")
 CLOSE_TIMEOUT = 10.0
+RAY_ACTOR_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}  # no CPU reserved, actors spread over nodes
 RAY_INIT_CPUS = 2  # only when Ray is not initialised yet; call ray.init() yourself to join a cluster
 
 
@@ -119,10 +120,8 @@ class EnvPool:
     """Run episodes of ``env_id`` with at most ``size`` in flight (see the module docstring).
 
     ``env_kwargs`` go to ``gymnasium.make``. Use ``async with EnvPool(...) as pool`` or call
-    :meth:`aclose`. ``ray_actor_options`` (a class attribute) sets how Ray places env actors.
+    :meth:`aclose`. ``ray_actor_options`` sets how Ray places env actors (default :data:`RAY_ACTOR_OPTIONS`).
     """
-
-    ray_actor_options: ClassVar[dict[str, Any]] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
 
     def __init__(
         self,
@@ -133,6 +132,7 @@ class EnvPool:
         backend: str = "local",
         step_timeout: float = 120.0,
         reset_timeout: float = 120.0,
+        ray_actor_options: Mapping[str, Any] | None = None,
     ):
         if backend not in BACKENDS:
             raise ValueError(f"unknown pool backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -148,6 +148,7 @@ class EnvPool:
         self.backend = backend
         self.step_timeout = float(step_timeout)
         self.reset_timeout = float(reset_timeout)
+        self.ray_actor_options = dict(RAY_ACTOR_OPTIONS if ray_actor_options is None else ray_actor_options)
         self._slots = asyncio.Semaphore(size)
         self._idle: list[Any] = []
         self._closing: set[asyncio.Task] = set()

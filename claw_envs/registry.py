@@ -11,13 +11,16 @@ through the ``claw_envs`` entry-point group; the entry point names one of:
 
 from __future__ import annotations
 
+import sys
 import warnings
+from collections.abc import Callable
 from importlib.metadata import entry_points
 
 import gymnasium as gym
 
 from claw_envs.core import ClawEnv
 from claw_envs.spec import FamilySpec, SpecError, resolve
+from claw_envs.tasks import TaskSource
 
 NAMESPACE = "claw"
 ENTRY_POINT_GROUP = "claw_envs"
@@ -64,6 +67,28 @@ def family_spec(name: str) -> FamilySpec:
 def env_class(env_id: str) -> type[ClawEnv]:
     """The ``ClawEnv`` subclass behind ``env_id`` (without constructing it)."""
     return resolve(family_spec(env_id).entry_point)
+
+
+def task_loader(cls: type[ClawEnv]) -> Callable[..., TaskSource] | None:
+    """The task loader (``FamilySpec.load_tasks``) of the registered family whose env is ``cls`` or the nearest
+    class it derives from; ``None`` when there is none."""
+    for klass in cls.__mro__:
+        for spec in _SPECS.values():
+            if spec.load_tasks is not None and _names(spec.entry_point, klass):
+                return resolve(spec.load_tasks)
+    return None
+
+
+def _names(entry_point: str, klass: type) -> bool:
+    """Whether ``entry_point`` is ``klass``: by name, or through a module already imported that re-exports it."""
+    if entry_point == f"{klass.__module__}:{klass.__qualname__}":
+        return True
+    if entry_point.partition(":")[0] not in sys.modules:
+        return False
+    try:
+        return resolve(entry_point) is klass
+    except AttributeError:
+        return False
 
 
 def resolve_id(name: str) -> str:

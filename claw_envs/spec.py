@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from claw_envs.core import NextState
 
 Track = Literal["personal", "agent"]
 Bootstrap = Literal["demonstrations", "none"]
@@ -22,6 +26,21 @@ ID_PATTERN = re.compile(r"claw/[A-Za-z][A-Za-z0-9_]*-v\d+")
 
 class SpecError(ValueError):
     """A family spec that is incomplete or malformed (the message names the field)."""
+
+
+class LiveAdapter(Protocol):
+    """What ``FamilySpec.live`` names: how ``claw-serve`` reads a live chat as the family's episode."""
+
+    def next_state(
+        self, new: Sequence[Mapping[str, Any]], before: Sequence[Mapping[str, Any]], action: str, step: int
+    ) -> NextState:
+        """The next state of a served turn: ``new`` messages the client sent after it; ``before`` is the chat up to
+        and including the request the turn answered; ``action`` the reply; ``step`` its step index."""
+        ...
+
+    def tool_calls(self, text: str, tools: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+        """A reply's text split into its content and OpenAI ``tool_calls`` for the request's ``tools``."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,35 @@ class ProceduralTasks(TaskSource):
 
     def describe(self) -> str:
         return f"{len(self)} (procedural)"
+
+
+TaskSourceLike = TaskSource | str | os.PathLike[str] | None
+"""What ``tasks=`` takes: a :class:`TaskSource`, a path or dataset name for the family's loader, or ``None``."""
+
+
+class TaskSourceError(ValueError):
+    """A task source that cannot be read: ``source`` is what was given, ``reason`` says why."""
+
+    def __init__(self, source: str, reason: str):
+        super().__init__(f"tasks={source!r}: {reason}")
+        self.source, self.reason = source, reason
+
+
+def load_source(load: Callable[..., TaskSource], source: str | os.PathLike[str], split: str) -> TaskSource:
+    """``load(source, split=split)``, a family's loader; :class:`TaskSourceError` saying why when it cannot read
+    ``source`` (no such file, a bad row, a hub dataset without network, a missing package) or finds no tasks."""
+    text = os.fspath(source)
+    try:
+        tasks = load(text, split=split)
+    except FileNotFoundError as err:
+        raise TaskSourceError(text, f"no such file or folder: {err.filename or text}") from None
+    except (OSError, ValueError, KeyError) as err:
+        raise TaskSourceError(text, str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) from None
+    except Exception as err:  # a hub dataset without network, a missing optional package
+        raise TaskSourceError(text, f"cannot load it: {type(err).__name__}: {err}") from None
+    if len(tasks) == 0:
+        raise TaskSourceError(text, f"no tasks in split {split!r}")
+    return tasks
 
 
 def json_object(line: str, where: str) -> dict[str, Any]:

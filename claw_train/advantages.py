@@ -10,19 +10,65 @@
   gradient (dropped); a bucket of one keeps its raw ``r``.
 
 ``None`` always means "no gradient": the caller masks the sample instead of learning a zero.
+
+This module is the one definition of a learning method: its name (:data:`Method`, :data:`METHODS`), its settings
+(:class:`MethodSettings`, what ``--method``, ``--w-rl``, ``--w-opd`` and ``--prm-c`` set), its per-turn formula
+(:func:`method_advantages`) and the agent track's normalisation of a task group (:func:`group_scores`).
 """
 
 from __future__ import annotations
 
 import math
+import typing
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-METHODS = ("binary", "opd", "combined")
+Method = Literal["binary", "opd", "combined"]
+METHODS: tuple[str, ...] = typing.get_args(Method)
 NORM_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """A learning method and its weights: ``A_t = w_rl·r + w_opd·(teacher_t − old_t)``; agent track
+    ``r = outcome + prm_c·prm``."""
+
+    method: str = "combined"
+    w_rl: float = 1.0
+    w_opd: float = 1.0
+    prm_c: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+
+    @property
+    def uses_hints(self) -> bool:
+        """Whether the method learns from hints (OPD's teacher); Binary RL ignores them."""
+        return self.method != "binary"
+
+    def advantages(
+        self,
+        n_tokens: int,
+        *,
+        score: float | None,
+        teacher_logprobs: Sequence[float] | None,
+        old_logprobs: Sequence[float],
+    ) -> list[float] | None:
+        """One turn's per-token advantages under this method (``None``: no gradient)."""
+        return method_advantages(
+            self.method,
+            n_tokens,
+            score=score,
+            teacher_logprobs=teacher_logprobs,
+            old_logprobs=old_logprobs,
+            w_rl=self.w_rl,
+            w_opd=self.w_opd,
+        )
 
 
 def binary_advantages(score: float | None, n_tokens: int) -> list[float] | None:
@@ -124,4 +170,16 @@ def step_index_normalise(steps: Sequence[StepReward], c: float = 1.0) -> list[fl
         mu, sigma = values.mean(), values.std()
         for i, v in zip(members, values, strict=True):
             out[i] = float((v - mu) / (sigma + NORM_EPS))
+    return out
+
+
+def group_scores(steps: Sequence[StepReward | None], c: float = 1.0) -> list[float | None]:
+    """The agent track's per-turn score of a task group: each judged step's ``outcome + c·prm`` normalised by
+    (group, step index) (:func:`step_index_normalise`); ``None`` for a step that was not judged (``None`` in) or whose
+    bucket carries no gradient."""
+    judged = [(k, s) for k, s in enumerate(steps) if s is not None]
+    normalised = step_index_normalise([s for _, s in judged], c=c)
+    out: list[float | None] = [None] * len(steps)
+    for (k, _), value in zip(judged, normalised, strict=True):
+        out[k] = value
     return out

@@ -8,11 +8,13 @@ import os
 import sys
 
 
-def _run(module: str) -> None:
-    """Run ``module``'s ``app()``; output piped into a reader that stops early (``--help | head``) ends the command
+def _run(module: str, entry: str = "app") -> None:
+    """Run ``module``'s ``entry()``; output piped into a reader that stops early (``--help | head``) ends the command
     quietly instead of with a traceback."""
     try:
-        importlib.import_module(module).app()
+        code = getattr(importlib.import_module(module), entry)()
+        if code:
+            sys.exit(code)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python would flush into the closed pipe
         sys.exit(1)
@@ -35,7 +37,7 @@ def serve() -> None:
 
 def envs() -> None:
     """``claw-envs``: list, try and judge environments."""
-    _run("claw_train.commands.envs")
+    _run("claw_train.commands.envs", "main")
 
 
 def view() -> None:

@@ -11,30 +11,27 @@ same name means the same thing in every command.
 A field whose default is ``None`` takes the env family's value (its :class:`~claw_envs.FamilySpec`) or the
 command's, as its doc says; :func:`resolve` fills them in. ``--config file.yaml`` holds any option by its
 underscored name (``votes: 3``, ``judge_options: {timeout: 30}``); giving an option both there and on the
-command line with different values is an error. The trainer's ``GRPOConfig`` is built from
-:class:`TrainingConfig` by :func:`claw_train.trainer_options.grpo_config`.
+command line with different values is an error (:func:`claw_train.argv.parse` reads both). The trainer's
+``GRPOConfig`` is built from :class:`TrainingConfig` by :func:`claw_train.trainer_options.grpo_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
-import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import tyro
 
+from claw_train.advantages import METHODS, Method
 from claw_train.presets import preset_for
 
 if TYPE_CHECKING:
     from claw_envs import FamilySpec
 
-Method = Literal["binary", "opd", "combined"]
-METHODS: tuple[str, ...] = ("binary", "opd", "combined")
 TRAIN_UPDATES = 16
 TRAIN_STALENESS = 2
 SERVE_STALENESS = 8
@@ -200,12 +197,18 @@ ServingSection = Annotated[ServingConfig, tyro.conf.OmitArgPrefixes]
 
 
 @dataclass
-class TrainArgs:
-    """claw-train: learn online from next-state signals (Binary RL, OPD, Combined)."""
+class PipelineArgs:
+    """What every command that runs the online pipeline takes (claw-train, claw-serve)."""
 
     run: RunSection = field(default_factory=RunConfig)
     rollout: RolloutSection = field(default_factory=RolloutConfig)
     training: TrainingSection = field(default_factory=TrainingConfig)
+
+
+@dataclass
+class TrainArgs(PipelineArgs):
+    """claw-train: learn online from next-state signals (Binary RL, OPD, Combined)."""
+
     evaluation: EvalSection = field(default_factory=EvalConfig)
     eval_every: int | None = None
     """Held-out evaluation every N updates, 0: never; None: the family's."""
@@ -240,12 +243,9 @@ class EvalArgs:
 
 
 @dataclass
-class ServeArgs:
+class ServeArgs(PipelineArgs):
     """claw-serve: an OpenAI-compatible chat server that learns from the conversations it serves."""
 
-    run: RunSection = field(default_factory=RunConfig)
-    rollout: RolloutSection = field(default_factory=RolloutConfig)
-    training: TrainingSection = field(default_factory=TrainingConfig)
     serving: ServingSection = field(default_factory=ServingConfig)
     config: Path | None = None
     """YAML file with any of these options by underscored name."""
@@ -268,7 +268,7 @@ def options(cls: type) -> dict[str, tuple[str | None, dataclasses.Field[Any]]]:
     return table
 
 
-def _section_class(cls: type, section: str | None) -> type:
+def section_class(cls: type, section: str | None) -> type:
     """The dataclass that declares the options of ``section`` (``None``: ``cls`` itself)."""
     return cls if section is None else _section_type(next(f for f in dataclasses.fields(cls) if f.name == section))
 
@@ -313,77 +313,6 @@ def unknown_option(name: str, table: Mapping[str, Any], *, otherwise: str | None
     return f"unknown option {name!r}{hint}"
 
 
-# -- reading the command line and a YAML file -----------------------------------------------------
-
-
-def load_yaml(path: Path, cls: type) -> dict[str, Any]:
-    """The options in a ``--config`` YAML file, checked against ``cls``'s options and their types."""
-    import yaml
-
-    from claw_train import yaml_text
-
-    try:
-        data = yaml_text.load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"--config {path}: cannot read it: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: must hold a mapping of options, not {type(data).__name__}")
-    table = options(cls)
-    values = {}
-    for key, value in data.items():
-        name = str(key).replace("-", "_")
-        if name == "config" or name not in table:
-            raise ConfigError(f"--config {path}: {unknown_option(name, table)}")
-        section, f = table[name]
-        hints = typing.get_type_hints(_section_class(cls, section))
-        try:
-            values[name] = yaml_text.coerce(name, value, hints[f.name])
-        except ValueError as err:
-            raise ConfigError(f"--config {path}: {err}") from None
-    return values
-
-
-def parse(
-    cls: type[Args], argv: Sequence[str] | None = None, *, prog: str | None = None, description: str | None = None
-) -> Args:
-    """Parse a command line (``sys.argv[1:]`` by default) into ``cls``; ``--config`` values fill in first.
-
-    Exits with tyro's message on a malformed command line; raises :class:`ConfigError` for a bad YAML file or
-    an option given in both places with different values.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    path = _config_path(argv)
-    from_file = load_yaml(path, cls) if path is not None else {}
-    default = replace(cls(), **from_file, config=path) if from_file or path else cls()
-    args = tyro.cli(cls, args=argv, default=default, prog=prog, description=description)
-    for name, value in from_file.items():
-        given = get(args, name)
-        if _normalised(given) != _normalised(value):
-            raise ConfigError(
-                f"--{name.replace('_', '-')} is {given!r} on the command line but {value!r} in {path}; give it once"
-            )
-    return args
-
-
-def _config_path(argv: Sequence[str]) -> Path | None:
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        if arg.startswith("--config="):
-            return Path(arg.split("=", 1)[1])
-    return None
-
-
-def _normalised(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, list):
-        return tuple(value)
-    if isinstance(value, dict):
-        return {str(k): str(v) for k, v in value.items()}
-    return value
-
-
 # -- defaults that depend on the family or the command --------------------------------------------
 
 
@@ -413,10 +342,28 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
 def build(cls: type[Args], *, command: Literal["train", "eval", "serve"], **values: Any) -> Args:
     """Options for a run from Python (tests, notebooks): ``build(TrainArgs, command="train", env="echo", updates=2)``
     sets options by name and resolves the family's defaults, exactly as the command line does."""
-    from claw_train.families import spec_for
-
     args = replace(cls(), **values)
     return resolve(args, spec_for(args.run.env, personal=command == "serve"), command=command)
+
+
+def spec_for(env: str | None, *, personal: bool = False) -> FamilySpec:
+    """The spec of ``--env`` (a family name or id; ``personal``: None means the first personal-track family);
+    :class:`ConfigError` lists the registered ones."""
+    import claw_envs
+
+    names = ", ".join(s.name for s in claw_envs.registry.specs())
+    first = next((s for s in claw_envs.registry.specs() if s.track == "personal"), None)
+    if env is None:
+        if not personal or first is None:
+            raise ConfigError(f"--env is required; registered families: {names}")
+        return first
+    try:
+        spec = claw_envs.family_spec(env)
+    except KeyError as err:
+        raise ConfigError(f"--env: {err.args[0]}") from None
+    if personal and spec.track != "personal":
+        raise ConfigError(f"--env {spec.name}: claw-serve serves personal-track families, not {spec.track}")
+    return spec
 
 
 MINIMUM = {

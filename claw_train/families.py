@@ -1,5 +1,6 @@
-"""From run options to a family's parts: its spec, its tasks (``--tasks`` or the built-in ones) and the keyword
-arguments its env is built with. Everything family-specific comes from the :class:`~claw_envs.FamilySpec`."""
+"""From run options to a family's parts: its spec (:func:`spec_for`), its tasks (``--tasks`` or the built-in ones)
+and the keyword arguments its env is built with. Everything family-specific comes from the
+:class:`~claw_envs.FamilySpec`."""
 
 from __future__ import annotations
 
@@ -8,26 +9,8 @@ from typing import Any
 import claw_envs
 from claw_envs import FamilySpec
 from claw_envs.spec import resolve
-from claw_envs.tasks import TaskSource
-from claw_train.config import ConfigError, RolloutConfig, yaml_values
-
-
-def spec_for(env: str | None, *, personal: bool = False) -> FamilySpec:
-    """The spec of ``--env`` (a family name or id; ``personal``: None means the first personal-track family);
-    :class:`ConfigError` lists the registered ones."""
-    names = ", ".join(s.name for s in claw_envs.registry.specs())
-    if env is None:
-        first = next((s for s in claw_envs.registry.specs() if s.track == "personal"), None)
-        if not personal or first is None:
-            raise ConfigError(f"--env is required; registered families: {names}")
-        return first
-    try:
-        spec = claw_envs.family_spec(env)
-    except KeyError as err:
-        raise ConfigError(f"--env: {err.args[0]}") from None
-    if personal and spec.track != "personal":
-        raise ConfigError(f"--env {spec.name}: claw-serve serves personal-track families, not {spec.track}")
-    return spec
+from claw_envs.tasks import TaskSource, TaskSourceError, load_source
+from claw_train.config import ConfigError, RolloutConfig, spec_for, yaml_values
 
 
 def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:
@@ -37,14 +20,9 @@ def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:
     if spec.load_tasks is None:
         raise ConfigError(f"--tasks: the {spec.name!r} family declares no task loader (FamilySpec.load_tasks)")
     try:
-        tasks = resolve(spec.load_tasks)(source, split=split)
-    except (OSError, ValueError, KeyError) as err:
-        raise ConfigError(f"--tasks {source}: {err}") from None
-    except Exception as err:  # a hub dataset without network, a missing optional package
-        raise ConfigError(f"--tasks {source}: cannot load it: {type(err).__name__}: {err}") from None
-    if len(tasks) == 0:
-        raise ConfigError(f"--tasks {source}: no tasks in split {split!r}")
-    return tasks
+        return load_source(resolve(spec.load_tasks), source, split)
+    except TaskSourceError as err:  # the same reading and the same reasons as the env's own tasks=
+        raise ConfigError(f"--tasks {source}: {err.reason}") from None
 
 
 def env_kwargs_for(spec: FamilySpec, rollout: RolloutConfig) -> dict[str, Any]:
@@ -73,3 +51,6 @@ def check_env_options(spec: FamilySpec, rollout: RolloutConfig) -> None:
     except (TypeError, ValueError, KeyError, OSError) as err:
         raise ConfigError(f"--env {spec.name}: the env refuses these options: {err}") from None
     env.close()
+
+
+__all__ = ["check_env_options", "env_kwargs_for", "max_turns_of", "spec_for", "tasks_for"]

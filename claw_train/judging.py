@@ -14,12 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from claw_train.advantages import StepReward, method_advantages, step_index_normalise
+from claw_train.advantages import MethodSettings, StepReward, group_scores
 from claw_train.logs import VersionedLog
 from claw_train.metrics import Stats
 from claw_train.policy.base import Policy, PolicyError
 from claw_train.records import TrainSample, TurnRecord
 from claw_train.turn_text import prompt_piece, screenshot, token_credit
+from judges.base import Judge
 
 
 class SampleMaker:
@@ -33,25 +34,21 @@ class SampleMaker:
     def __init__(
         self,
         *,
-        method: str,
-        judge: Any,
+        settings: MethodSettings,
+        judge: Judge,
         policy: Policy | None,
         stats: Stats,
         log: VersionedLog,
         attempt: int = 0,
-        w_rl: float = 1.0,
-        w_opd: float = 1.0,
-        prm_c: float = 1.0,
         temperature: float = 1.0,
         fatal: Callable[[PolicyError], bool] = lambda err: False,
     ):
-        self.method = method
+        self.settings = settings
         self.judge = judge
         self.policy = policy
         self.stats = stats
         self.log = log
         self.attempt = attempt
-        self.w_rl, self.w_opd, self.prm_c = w_rl, w_opd, prm_c
         self.temperature = temperature
         self.fatal = fatal
         self._sample_no = 0
@@ -66,10 +63,10 @@ class SampleMaker:
 
     async def _teacher_logprobs(self, turn: TurnRecord, hint: str | None) -> list[float] | None:
         """``log π(a_t | s + hint)`` over the turn's generated tokens (a prefill on the serving policy)."""
-        if hint is None or self.method == "binary":
+        if hint is None or not self.settings.uses_hints:
             return None
         from claw_envs.core import hinted_messages
-        from claw_train.policy.inprocess import render_prompt
+        from claw_train.policy.render import render_prompt
 
         try:
             ids = render_prompt(
@@ -108,14 +105,8 @@ class SampleMaker:
             teacher = await self._teacher_logprobs(turn, hint)
         adv = None
         if reason is None:
-            adv = method_advantages(
-                self.method,
-                len(turn.completion_ids),
-                score=score,
-                teacher_logprobs=teacher,
-                old_logprobs=turn.logprobs,
-                w_rl=self.w_rl,
-                w_opd=self.w_opd,
+            adv = self.settings.advantages(
+                len(turn.completion_ids), score=score, teacher_logprobs=teacher, old_logprobs=turn.logprobs
             )
             if adv is None:
                 reason = "judge_unavailable" if judgement is not None and not judgement.available else "no_signal"
@@ -130,7 +121,7 @@ class SampleMaker:
         judgements = await asyncio.gather(
             *(self._judgement(t) if r is None else _none() for t, r in zip(turns, reasons, strict=True))
         )
-        steps, where = [], []
+        steps: list[StepReward | None] = []
         k = 0
         for ep in episodes:
             outcome = next(
@@ -142,12 +133,12 @@ class SampleMaker:
                     self._count_judgement(j)
                 if reasons[k] is None and (j is None or not j.available):
                     reasons[k] = "judge_unavailable" if j is not None else "judge_error"
-                if reasons[k] is None:
-                    steps.append(StepReward(t.group_id, t.step_index, float(outcome or 0.0), float(j.score)))
-                    where.append(k)
+                judged = reasons[k] is None
+                steps.append(
+                    StepReward(t.group_id, t.step_index, float(outcome or 0.0), float(j.score)) if judged else None
+                )
                 k += 1
-        normalised = step_index_normalise(steps, c=self.prm_c)
-        norm = dict(zip(where, normalised, strict=True))
+        norm = group_scores(steps, c=self.settings.prm_c)
         hints = [j.hint if j is not None and j.hint_available else None for j in judgements]
         teachers = await asyncio.gather(
             *(
@@ -159,20 +150,14 @@ class SampleMaker:
         for k, t in enumerate(turns):
             adv = None
             if reasons[k] is None:
-                adv = method_advantages(
-                    self.method,
-                    len(t.completion_ids),
-                    score=norm.get(k),
-                    teacher_logprobs=teachers[k],
-                    old_logprobs=t.logprobs,
-                    w_rl=self.w_rl,
-                    w_opd=self.w_opd,
+                adv = self.settings.advantages(
+                    len(t.completion_ids), score=norm[k], teacher_logprobs=teachers[k], old_logprobs=t.logprobs
                 )
                 if adv is None:
                     reasons[k] = "no_signal"
             score = judgements[k].score if judgements[k] is not None else None
             hint = hints[k] if teachers[k] is not None else None
-            rows.append((t, adv, score, hint, judgements[k], reasons[k], teachers[k], norm.get(k)))
+            rows.append((t, adv, score, hint, judgements[k], reasons[k], teachers[k], norm[k]))
         return self._emit(rows)
 
     def _count_judgement(self, j: Any) -> None:
@@ -195,7 +180,7 @@ class SampleMaker:
             if reason is None:
                 self._sample_no += 1
                 sample_id = f"a{self.attempt}-{self._sample_no:07d}"
-                out.append(TrainSample(turn, adv, self.method, score=score, hint=hint, sample_id=sample_id))
+                out.append(TrainSample(turn, adv, self.settings.method, score=score, hint=hint, sample_id=sample_id))
                 self.stats.add("samples")
             else:
                 self.stats.mask(reason)
@@ -205,11 +190,11 @@ class SampleMaker:
                     tokenizer,
                     turn,
                     adv,
-                    method=self.method,
+                    method=self.settings.method,
                     score=rl_score,
                     teacher=teacher,
-                    w_rl=self.w_rl,
-                    w_opd=self.w_opd,
+                    w_rl=self.settings.w_rl,
+                    w_opd=self.settings.w_opd,
                 )
             images = self.log.root / "images"
             record = turn_record(

@@ -83,10 +83,33 @@ class Stats:
                 "success_rate": successes / ended if ended else None,
             }
 
-    def trained(self, n: int) -> None:
-        """Count ``n`` samples trained on."""
+    def set_status(self, text: str) -> None:
+        """What the run is doing now (the display's status line)."""
+        with self._lock:
+            self.status = text
+
+    def training_started(self, version: int) -> None:
+        """The trainer starts (at ``version``: a resumed run's checkpoint): samples/s counts from now."""
+        with self._lock:
+            self.version = version
+            self.train_started = time.monotonic()
+
+    def published(self, version: int) -> None:
+        """Weights of ``version`` are serving."""
+        with self._lock:
+            self.version = version
+
+    def trained(self, n: int, staleness: float | None = None) -> None:
+        """Count ``n`` samples trained on in one update, ``staleness`` versions behind it on average."""
         with self._lock:
             self.trained_total += n
+            if staleness is not None:
+                self.staleness = staleness
+
+    def evaluated(self, row: dict[str, Any]) -> None:
+        """The newest held-out evaluation."""
+        with self._lock:
+            self.last_eval = row
 
     def samples_per_second(self) -> float:
         """Samples trained per second since the trainer started."""
@@ -111,3 +134,21 @@ class Stats:
                 "staleness": self.staleness,
                 "last_eval": self.last_eval,
             }
+
+
+class Counters:
+    """Named counts that several threads add to (the trainer's drops and skips, and sync mode's)."""
+
+    def __init__(self, *names: str) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = dict.fromkeys(names, 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to ``name``."""
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + n
+
+    def as_dict(self) -> dict[str, int]:
+        """A copy of every count."""
+        with self._lock:
+            return dict(self._counts)

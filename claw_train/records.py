@@ -1,11 +1,19 @@
-"""Records that flow from rollouts to judges to the trainer."""
+"""Records that flow from rollouts to judges to the trainer, and what makes a sample untrainable."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from claw_envs.core import NextState
+
+
+class Slot(Protocol):
+    """An in-flight slot (:class:`claw_train.pipeline.budget.Slot`): released exactly once."""
+
+    def release(self) -> None:
+        """Give the slot back."""
 
 
 @dataclass
@@ -34,6 +42,21 @@ class TurnRecord:
     status: str = "ok"
     info: dict[str, Any] = field(default_factory=dict)
     prompt_start: int = 0
+    slot: Slot | None = field(default=None, repr=False, compare=False)
+    """The in-flight slot the turn holds from its generation until it is trained or masked (``None``: no budget)."""
+
+    def hold(self, slot: Slot | None) -> None:
+        """Carry ``slot`` until :meth:`release_slot`."""
+        self.slot = slot
+
+    def release_slot(self) -> None:
+        """Give the turn's in-flight slot back (trained, masked or dropped); at most once."""
+        slot, self.slot = self.slot, None
+        if slot is not None:
+            slot.release()
+
+    def __getstate__(self) -> dict[str, Any]:  # a slot stays in the process that took it (turns cross to Ray)
+        return {**self.__dict__, "slot": None}
 
 
 @dataclass
@@ -77,3 +100,28 @@ class EpisodeRecord:
     status: str = "ok"
     seed: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def sample_problem(sample: TrainSample) -> str | None:
+    """Why a sample cannot be trained on (``None`` when it can)."""
+    turn = sample.turn
+    n = len(turn.completion_ids)
+    if n == 0:
+        return "empty completion"
+    if not turn.prompt_ids:
+        return "empty prompt"
+    if len(turn.logprobs) != n or len(sample.advantages) != n:
+        return f"{n} completion tokens but {len(turn.logprobs)} log-probs and {len(sample.advantages)} advantages"
+    if not all(math.isfinite(a) for a in sample.advantages):
+        return "non-finite advantage"
+    return None
+
+
+def triage(sample: TrainSample, version: int, max_staleness: int) -> tuple[str | None, str | None]:
+    """``(None, None)`` when ``sample`` is trained at ``version``; ``("stale", None)`` when it is more than
+    ``max_staleness`` versions behind; ``("invalid", why)`` when it is malformed."""
+    if version - sample.turn.policy_version > max_staleness:
+        return "stale", None
+    if problem := sample_problem(sample):
+        return "invalid", problem
+    return None, None

@@ -14,6 +14,7 @@ template expects is appended with loss mask 0.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -140,14 +141,32 @@ class EpisodeAgent:
         self.last: Completion | None = None  # the newest completion (a server answers with it)
 
     async def __call__(self, obs: Any, info: Mapping[str, Any]) -> str:
+        return await self.act(obs, info)
+
+    def begin(self, transcript: TokenTranscript, task_id: str = "") -> None:
+        """Start the episode from a transcript rendered elsewhere (a server renders its requests off the loop)."""
+        self.transcript = transcript
+        self.task_id = task_id
+
+    async def act(
+        self,
+        obs: Any,
+        info: Mapping[str, Any],
+        *,
+        policy: Policy | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> str:
+        """The next action: the env's answer to the last one recorded, then a generation — by ``policy`` and
+        ``sampling`` when given (one streamed request, one client's sampling), else the agent's own."""
         if self.transcript is None:
-            self.transcript = TokenTranscript(self.tokenizer, info["messages"], info.get("tools"))
-            self.task_id = str(info.get("task_id") or "")
+            self.begin(
+                TokenTranscript(self.tokenizer, info["messages"], info.get("tools")), str(info.get("task_id") or "")
+            )
         else:
             self.observe(0.0, info)
         prompt_ids = list(self.transcript.ids)
         before = [dict(m) for m in self.transcript.messages]
-        completion = await self.policy.generate(prompt_ids, self.sampling)
+        completion = await (policy or self.policy).generate(prompt_ids, sampling or self.sampling)
         self.transcript.add_completion(completion)
         self._pending = (prompt_ids, before, completion)
         self.last = completion
@@ -193,6 +212,12 @@ class EpisodeAgent:
             status=status,
             prompt_start=len(self.turns[-1].prompt_ids) if self.turns else 0,
         )
+
+    def set_rewards(self, rewards: Sequence[float]) -> None:
+        """The env's reward of each recorded turn, in order (a pool reports them when the episode ends)."""
+        self.turns[: len(rewards)] = [
+            dataclasses.replace(turn, reward=float(r)) for turn, r in zip(self.turns, rewards, strict=False)
+        ]
 
     def observe(self, reward: float, info: Mapping[str, Any]) -> None:
         """Record the env's answer to the pending action (its new messages, next state and status)."""
@@ -313,8 +338,7 @@ async def _pool_episode(
             agent.observe(rewards[-1] if rewards else 0.0, infos[-1])
         else:
             agent.abandon(str(getattr(result, "status", "infra_failure")))
-    for turn, reward in zip(agent.turns, rewards, strict=False):
-        turn.reward = float(reward)
+    agent.set_rewards(rewards)
     status = str(getattr(result, "status", "ok"))
     return agent.finish(
         terminated=bool(getattr(result, "terminated", False)),

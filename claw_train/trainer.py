@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import queue
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +25,16 @@ from typing import Any, Protocol
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
-from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import use_adapter
 
 from claw_train.batch import collate
 from claw_train.distributed import Ranks, world_size
+from claw_train.metrics import Counters
 from claw_train.presets import PRESETS, preset_for
-from claw_train.records import TrainSample
+from claw_train.records import TrainSample, triage
 from claw_train.replay import Replay
+from claw_train.trl_adapter import FedGRPOTrainer, GRPOConfig, use_adapter
+
+COUNTERS = ("stale_dropped", "invalid_dropped", "nan_skipped", "trained")
 
 
 @dataclass
@@ -45,12 +46,8 @@ class ClawConfig(GRPOConfig):
     config switches to ``use_cpu``, fp32 and no gradient checkpointing.
     """
 
-    method: str = field(default="combined", metadata={"help": "binary | opd | combined"})
-    w_rl: float = field(default=1.0, metadata={"help": "weight of the PRM score in combined advantages"})
-    w_opd: float = field(default=1.0, metadata={"help": "weight of the teacher−old gap in combined advantages"})
     max_staleness: int = field(default=2, metadata={"help": "drop samples more than this many versions old"})
     samples_per_step: int = field(default=16, metadata={"help": "samples per optimizer step"})
-    prm_c: float = field(default=1.0, metadata={"help": "general agents: r = outcome + c·prm"})
 
     epsilon: float = 0.2
     epsilon_high: float | None = 0.28
@@ -71,8 +68,6 @@ class ClawConfig(GRPOConfig):
     ignore_data_skip: bool = True
 
     def __post_init__(self) -> None:
-        if self.method not in ("binary", "opd", "combined"):
-            raise ValueError(f"method must be binary, opd or combined, not {self.method!r}")
         ranks = world_size()  # samples_per_step is the whole step's, shared out across the launcher's processes
         if self.samples_per_step % (self.per_device_train_batch_size * ranks):
             raise ValueError(
@@ -140,8 +135,9 @@ def _no_reward(*_: Any, **__: Any) -> list[float]:
     raise RuntimeError("ClawTrainer computes advantages from judged samples; TRL's reward functions are unused")
 
 
-class ClawTrainer(GRPOTrainer):
-    """GRPOTrainer whose batches are judged samples from a queue (see the module docstring)."""
+class ClawTrainer(FedGRPOTrainer):
+    """GRPOTrainer whose batches are judged samples from a queue (see the module docstring). ``counters`` (default:
+    its own) receives its drops and skips, for a caller that reads them while it trains."""
 
     args: ClawConfig
 
@@ -156,6 +152,7 @@ class ClawTrainer(GRPOTrainer):
         callbacks: list[TrainerCallback] | None = None,
         ranks: Ranks | None = None,
         replay: Replay | None = None,
+        counters: Counters | None = None,
     ):
         from datasets import Dataset
 
@@ -174,24 +171,33 @@ class ClawTrainer(GRPOTrainer):
         self.source = source
         self.ranks = ranks
         self.replay = replay
-        self.pad_token_id = int(self._tokenizer.pad_token_id)
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a processor holds one
+        self.pad_token_id = int(tokenizer.pad_token_id)
         self.current_batch: list[TrainSample] = []
         self.current_dropped: list[TrainSample] = []
         self.invalid_reasons: list[str] = []
-        self.counters: dict[str, int] = {"stale_dropped": 0, "invalid_dropped": 0, "nan_skipped": 0, "trained": 0}
-        self._counter_lock = threading.Lock()
+        self._counters = counters if counters is not None else Counters(*COUNTERS)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Samples trained and dropped (stale, malformed) and steps skipped (NaN) so far."""
+        return self._counters.as_dict()
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``key`` (thread-safe)."""
+        self._counters.add(key, n)
 
     # -- sample production (the only thing replaced) -----------------------------------------
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    def produce_batch(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """This process's share of the step: judged samples from the source, collated for TRL's loss."""
         n = len(inputs)  # this rank's share of the step
         samples, stale, invalid = self._step_samples(n)
         self.current_batch = samples
         self.current_dropped = stale + invalid
-        with self._counter_lock:
-            self.counters["stale_dropped"] += len(stale)
-            self.counters["invalid_dropped"] += len(invalid)
-            self.counters["trained"] += len(samples)
+        self.count("stale_dropped", len(stale))
+        self.count("invalid_dropped", len(invalid))
+        self.count("trained", len(samples))
         rank = self.ranks.rank if self.ranks is not None else 0
         mine = samples[rank * n : (rank + 1) * n]
         tokens = sum(len(s.turn.completion_ids) for s in samples)
@@ -207,7 +213,7 @@ class ClawTrainer(GRPOTrainer):
         if self.replay is None:
             return loss
         replayed = self.replay.loss(model)
-        self._metrics["train"]["claw/replay_loss"].append(replayed.item())
+        self.log_metric("claw/replay_loss", replayed.item())
         return loss + self.replay.coef * replayed
 
     @torch.no_grad()
@@ -216,12 +222,12 @@ class ClawTrainer(GRPOTrainer):
         initial weights (TRL keeps a copy), or with LoRA the model with its adapter switched off."""
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep, rows = batch["completion_ids"].size(1), ids.size(0)
+        keep = batch["completion_ids"].size(1)
         if self.ref_model is not None:
-            return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, keep, batch_size=rows)[0]
+            return self.per_token_logps(self.ref_model, ids, mask, keep)
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=rows)[0]
+            return self.per_token_logps(self.model, ids, mask, keep)
 
     def _step_samples(self, n: int) -> tuple[list[TrainSample], list[TrainSample], list[TrainSample]]:
         """The step's samples (``n`` per rank) and the stale and malformed ones dropped. Rank 0 takes them and sends
@@ -255,50 +261,29 @@ class ClawTrainer(GRPOTrainer):
         return samples, stale, invalid
 
     def triage(self, sample: TrainSample, version: int | None = None) -> str | None:
-        """``None`` when ``sample`` would be trained at ``version`` (default: now); ``"stale"`` when it is more
-        than ``max_staleness`` versions behind; ``"invalid"`` when malformed (the reason joins ``invalid_reasons``).
-        """
+        """``None`` when ``sample`` would be trained at ``version`` (default: now), else ``"stale"`` or
+        ``"invalid"`` (:func:`claw_train.records.triage`; the reason joins ``invalid_reasons``)."""
         version = self.state.global_step if version is None else version
-        if version - sample.turn.policy_version > self.args.max_staleness:
-            return "stale"
-        if problem := sample_problem(sample):
+        verdict, problem = triage(sample, version, self.args.max_staleness)
+        if problem is not None:
             self.invalid_reasons.append(problem)
-            return "invalid"
-        return None
+        return verdict
 
     def _record_batch_metrics(self, samples: Sequence[TrainSample], stale: int, invalid: int) -> None:
         version = self.state.global_step
         scores = [s.score for s in samples if s.score is not None]
         adv = [a for s in samples for a in s.advantages]
-        metrics = self._metrics["train"]
-        metrics["claw/stale_dropped"].append(float(stale))
-        metrics["claw/invalid_dropped"].append(float(invalid))
-        metrics["claw/staleness"].append(sum(version - s.turn.policy_version for s in samples) / len(samples))
-        metrics["claw/score_mean"].append(sum(scores) / len(scores) if scores else math.nan)
-        metrics["claw/hint_fraction"].append(sum(s.hint is not None for s in samples) / len(samples))
-        metrics["claw/advantage_mean"].append(sum(adv) / len(adv))
-        metrics["claw/advantage_abs_mean"].append(sum(abs(a) for a in adv) / len(adv))
-        metrics["claw/completion_tokens"].append(float(len(adv)))
-
-    def count(self, key: str, n: int = 1) -> None:
-        """Add ``n`` to counter ``key`` (thread-safe)."""
-        with self._counter_lock:
-            self.counters[key] = self.counters.get(key, 0) + n
-
-
-def sample_problem(sample: TrainSample) -> str | None:
-    """Why a sample cannot be trained on (``None`` when it can)."""
-    turn = sample.turn
-    n = len(turn.completion_ids)
-    if n == 0:
-        return "empty completion"
-    if not turn.prompt_ids:
-        return "empty prompt"
-    if len(turn.logprobs) != n or len(sample.advantages) != n:
-        return f"{n} completion tokens but {len(turn.logprobs)} log-probs and {len(sample.advantages)} advantages"
-    if not all(math.isfinite(a) for a in sample.advantages):
-        return "non-finite advantage"
-    return None
+        for name, value in {
+            "claw/stale_dropped": float(stale),
+            "claw/invalid_dropped": float(invalid),
+            "claw/staleness": sum(version - s.turn.policy_version for s in samples) / len(samples),
+            "claw/score_mean": sum(scores) / len(scores) if scores else math.nan,
+            "claw/hint_fraction": sum(s.hint is not None for s in samples) / len(samples),
+            "claw/advantage_mean": sum(adv) / len(adv),
+            "claw/advantage_abs_mean": sum(abs(a) for a in adv) / len(adv),
+            "claw/completion_tokens": float(len(adv)),
+        }.items():
+            self.log_metric(name, value)
 
 
 class _SkipNonFinite(TrainerCallback):
@@ -314,7 +299,7 @@ class _SkipNonFinite(TrainerCallback):
         for p in params:
             p.grad = None
         self.trainer.count("nan_skipped")
-        self.trainer._metrics["train"]["claw/nan_skipped"].append(1.0)
+        self.trainer.log_metric("claw/nan_skipped", 1.0)
 
 
 def serving_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

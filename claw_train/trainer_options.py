@@ -19,10 +19,6 @@ def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed:
     options, then ``--trainer`` extras. TensorBoard writes to ``<output_dir>/tensorboard``."""
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(output_dir / "tensorboard")
     values: dict[str, Any] = {
-        "method": training.method,
-        "w_rl": training.w_rl,
-        "w_opd": training.w_opd,
-        "prm_c": training.prm_c,
         "max_staleness": training.max_staleness,
         "samples_per_step": training.samples_per_step,
         "per_device_train_batch_size": training.samples_per_step // world_size(),

@@ -4,7 +4,7 @@
 ``await judge.judge(action, next_state, messages)`` returns a :class:`Judgement`.
 """
 
-from judges.base import HintResult, Judgement, Vote
+from judges.base import HintResult, Judge, Judgement, Vote
 from judges.factory import make_backend, make_judge
 from judges.hint import HintJudge
 from judges.metrics import JudgeMetrics
@@ -15,6 +15,7 @@ from judges.step import StepJudge
 __all__ = [
     "HintJudge",
     "HintResult",
+    "Judge",
     "JudgeMetrics",
     "Judgement",
     "PRMJudge",

@@ -1,10 +1,14 @@
-"""What a judge returns, shared by the PRM judge, the hint judge and every backend."""
+"""What a judge is and returns, shared by the PRM judge, the hint judge, every backend and the trainer."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from claw_envs.core import NextState
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,27 @@ class Judgement:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view for logs."""
         return dataclasses.asdict(self)
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """What the trainer needs of a judge (:class:`~judges.StepJudge` is the built-in one; a test or a plugin may
+    bring its own)."""
+
+    async def judge(
+        self, action: str, next_state: NextState, messages: Sequence[Mapping[str, Any]] | None = None
+    ) -> Judgement:
+        """Score ``action`` by ``next_state`` (and look for a hint); never raises for the backend's failures."""
+        ...
+
+    def metrics_dict(self) -> dict[str, int]:
+        """Counters for the trainer's logs (calls, errors, timeouts…); empty when it keeps none."""
+        ...
+
+    async def reachable(self) -> str | None:
+        """``None`` when the judge can answer; else why not (the run stops before it starts)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close connections."""
+        ...

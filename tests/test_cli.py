@@ -104,3 +104,25 @@ def test_claw_serve_says_a_port_out_of_range_instead_of_a_traceback(tmp_path):
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--port must be a TCP port, 0 to 65535" in out.stderr, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["demo", "--env", "swee"], "claw-envs demo: --env: unknown env 'swee'; registered families: "),
+        (["judge", "--env", "swee"], "claw-envs judge: --env: unknown env 'swee'; registered families: "),
+        (["check", "swee"], "claw-envs check: --env: unknown env 'swee'; registered families: "),
+        (["check", "terminal", "--tasks", "/nonexistent"], "claw-envs check: --tasks /nonexistent: no such file or "),
+        (["demo", "--bogus"], "claw-envs demo: No such option: --bogus"),
+        (["nosuch"], "claw-envs: No such command 'nosuch'."),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_claw_envs_says_what_it_refuses_in_one_line_like_claw_train(argv, says):
+    out = subprocess.run([str(BIN / "claw-envs"), *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(says), out.stderr
+    if "swee" in argv:
+        train = subprocess.run([str(BIN / "claw-train"), "--env", "swee"], capture_output=True, text=True, timeout=120)
+        said = " ".join((train.stdout + train.stderr).split())
+        assert train.returncode == 2 and out.stderr.split(": ", 1)[1].strip() in said, said

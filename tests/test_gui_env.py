@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +33,7 @@ def env():
 
 @pytest.fixture(scope="module")
 def miniwob():
-    e = GUIEnv(task_dir=str(FIXTURES), step_timeout=4.0)
+    e = GUIEnv(tasks=str(FIXTURES), step_timeout=4.0)
     yield e
     e.close()
 
@@ -166,7 +169,7 @@ def test_a_page_that_hangs_or_crashes_is_a_browser_failure_and_the_next_episode_
     _, ns, info, done = step(miniwob, f"click('{ids(miniwob)['button Freeze']}')")  # the page was loaded again
     assert info["status"] == "browser_failure" and done and "[browser_failure]" in ns.text
     obs, info = miniwob.reset(options={"task_id": "miniwob.click-button"})
-    assert "Submit" in obs["a11y"] and info["instruction"] == 'Click on the "Submit" button.'
+    assert f"[{button_to_click(miniwob)}] button" in obs["a11y"]
 
     async def crash() -> None:
         session = await miniwob._backend._page.context.new_cdp_session(miniwob._backend._page)
@@ -177,19 +180,67 @@ def test_a_page_that_hangs_or_crashes_is_a_browser_failure_and_the_next_episode_
     _, ns, info, _ = step(miniwob, "click('1')")
     assert info["status"] == "browser_failure", ns.text
     obs, _ = miniwob.reset(options={"task_id": "miniwob.click-button"})
-    assert "Submit" in obs["a11y"]
+    assert f"[{button_to_click(miniwob)}] button" in obs["a11y"]
+
+
+def button_to_click(env: GUIEnv) -> str:
+    """The id of the button a click-button page asks for (``Click on the "X" button.``)."""
+    label = re.fullmatch(r'Click on the "(.+)" button\.', env._instruction)
+    assert label, env._instruction
+    return ids(env)[f"button {label.group(1)}"]
 
 
 def test_miniwob_pages_report_reward_and_done_through_their_globals(miniwob):
-    assert {t.id for t in miniwob.tasks} == {"miniwob.click-button", "miniwob.hang-and-leak"}
-    for label, outcome in (("Submit", 1.0), ("Cancel", 0.0)):
-        miniwob.reset(options={"task_id": "miniwob.click-button"})
-        _, ns, info, done = step(miniwob, f"click('{ids(miniwob)['button ' + label]}')")
-        assert done and ns.outcome == outcome and info["status"] == "ok"
-        assert (ns.directive is None) == (outcome == 1.0)
-        if outcome == 0.0:
-            assert "clicked Cancel" in ns.directive
+    assert {t.id for t in miniwob.tasks} == {f"miniwob.{p.stem}" for p in FIXTURES.glob("*.html")}
+    for right in (True, False):
+        miniwob.reset(seed=11, options={"task_id": "miniwob.unicode-test"})
+        target = button_to_click(miniwob)
+        if not right:
+            target = next(i for name, i in ids(miniwob).items() if name.startswith("button ") and i != target)
+        _, ns, info, done = step(miniwob, f"click('{target}')")
+        assert done and ns.outcome == float(right) and info["status"] == "ok", ns
+        assert info["miniwob"]["raw_reward"] == (1.0 if right else -1.0)
+        assert (ns.directive is None) == right
+        if not right:
+            assert "You clicked on" in ns.directive and "when you should have clicked on" in ns.directive
     assert miniwob.reference_action() is None  # MiniWoB pages carry no oracle
+
+
+def test_a_miniwob_reset_with_one_seed_gives_the_same_problem(miniwob):
+    """MiniWoB's own env seeds ``Math.seedrandom`` before each episode: the same seed, the same instruction and
+    page; another seed, another problem."""
+    seen = {}
+    for seed in (5, 5, 6):
+        obs, info = miniwob.reset(seed=seed, options={"task_id": "miniwob.enter-text"})
+        seen.setdefault(seed, []).append((info["instruction"], obs["a11y"]))
+    assert seen[5][0] == seen[5][1] and seen[5][0][0] != seen[6][0][0], seen
+    assert re.fullmatch(r'Enter "\w+" into the text field and press Submit\.', seen[5][0][0])
+    name = re.search(r'"(\w+)"', seen[5][0][0]).group(1)
+    el = ids(miniwob)
+    box = next(i for key, i in el.items() if key.startswith("textbox"))
+    step(miniwob, f"fill('{box}', '{seen[6][0][0].split(chr(34))[1]}')")
+    _, ns, info, done = step(miniwob, f"click('{el['button Submit']}')")
+    assert done and ns.outcome == 1.0 and name != seen[6][0][0].split(chr(34))[1]
+
+
+def test_the_pages_own_clock_does_not_end_an_episode(tmp_path):
+    """A page whose limit is 1.5 s (set the way MiniWoB pages set theirs), an agent that waits 2.5 s before it
+    clicks: still solved on its raw reward; MiniWoB's time-scaled reward, reported beside it, has run out."""
+    shutil.copytree(FIXTURES.parent, tmp_path / "html")
+    page = tmp_path / "html" / "miniwob" / "click-button.html"
+    text = page.read_text()
+    page.write_text(text.replace("var buttons = [", "core.EPISODE_MAX_TIME = 1500; // 1.5 seconds\nvar buttons = [", 1))
+    env = GUIEnv(tasks=str(page.parent), step_timeout=4.0)
+    try:
+        env.reset(seed=0, options={"task_id": "miniwob.click-button"})
+        time.sleep(2.5)
+        _, ns, info, done = step(env, f"click('{button_to_click(env)}')")
+        assert done and ns.outcome == 1.0 and info["status"] == "ok", (ns, info.get("miniwob"))
+        result = info["miniwob"]
+        assert result["page_limit_s"] == 1.5 and result["seconds"] > 2.4 and result["reason"] == ""
+        assert result["raw_reward"] == 1.0 and result["time_scaled_reward"] == 0.0
+    finally:
+        env.close()
 
 
 def test_desktop_backend_acts_on_a_real_x_server_and_stops_it():

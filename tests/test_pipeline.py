@@ -413,8 +413,9 @@ def test_cli_bad_input(tmp_path, capsys):
 
 def test_exponent_numbers_are_numbers_in_the_config_file_and_key_value_options(tmp_path):
     """``1e-5`` (how papers print learning rates) is a float, not the string YAML 1.1 would make of it."""
+    from claw_train.argv import load_yaml, parse
     from claw_train.commands.train import TrainArgs
-    from claw_train.config import load_yaml, parse, yaml_values
+    from claw_train.config import yaml_values
     from claw_train.trainer_options import grpo_config
 
     path = tmp_path / "lr.yaml"
@@ -445,12 +446,13 @@ def test_exponent_numbers_are_numbers_in_the_config_file_and_key_value_options(t
 
 
 def test_empty_queue_waits_without_spinning():
+    from claw_train.pipeline.control import LoopBridge
     from claw_train.pipeline.trainer_thread import SampleFeed as _SampleFeed
 
     async def main():
         loop = asyncio.get_running_loop()
         closed = asyncio.Event()
-        feed = _SampleFeed(asyncio.Queue(), loop, closed)
+        feed = _SampleFeed(asyncio.Queue(), LoopBridge(loop), closed)
         got = []
         t = threading.Thread(target=lambda: got.append(feed.get()))
         start = time.process_time()
@@ -505,12 +507,14 @@ class ScriptedJudge:
 
 
 def _sample_maker(tmp_path, method: str, **kwargs):
+    from claw_train.advantages import MethodSettings
     from claw_train.judging import SampleMaker
     from claw_train.logs import VersionedLog
     from claw_train.metrics import Stats
 
     log = VersionedLog(tmp_path / "logs")
-    return SampleMaker(method=method, judge=ScriptedJudge(), policy=None, stats=Stats(), log=log, **kwargs)
+    settings = MethodSettings(method, **kwargs)
+    return SampleMaker(settings=settings, judge=ScriptedJudge(), policy=None, stats=Stats(), log=log)
 
 
 def test_infra_failures_are_masked_without_judging(tmp_path):
@@ -547,6 +551,15 @@ class _SilentJudge:
         from judges.base import Judgement
 
         return Judgement(score=0.0, available=False)
+
+    def metrics_dict(self):
+        return {}
+
+    async def reachable(self):
+        return None
+
+    async def aclose(self):
+        pass
 
 
 def test_a_run_with_no_trainable_signal_stops_and_says_why(models, tmp_path):

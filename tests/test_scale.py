@@ -400,7 +400,7 @@ def test_a_dead_rollout_worker_costs_its_episode_as_an_infra_failure_and_is_repl
             turns.append(turn)
 
         where = {"seed": 1, "options": None, "group_id": "g", "emit": emit, "budget": budget}
-        episode = asyncio.ensure_future(workers.play(sampling, **where))
+        episode = asyncio.ensure_future(workers.play_episode(sampling, **where))
         if kill_after is not None:
             await asyncio.sleep(kill_after)
             (actor,) = workers._busy  # the worker playing the episode: its process ends as if its node left

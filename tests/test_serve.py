@@ -59,6 +59,12 @@ class SwitchableJudge:
     def metrics_dict(self) -> dict[str, Any]:
         return self.inner.metrics_dict()
 
+    async def reachable(self) -> str | None:
+        return await self.inner.reachable()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
 
 class Server:
     """``serve()`` in a thread with its own event loop; requests carry the server's API key when it has one."""

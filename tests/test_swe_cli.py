@@ -43,7 +43,7 @@ def test_check_names_a_broken_instance_and_why(cli_env, tmp_path):
     broken["patch"] = broken["patch"].replace("w * h", "w * h + 0 * 1 + 1")  # the "gold" patch is wrong
     tasks = tmp_path / "rows.jsonl"
     tasks.write_text(json.dumps(broken) + "\n")
-    args = [str(BIN / "claw-envs"), "check", "swe", "--dataset", str(tasks), "--repos", str(repos), "--split", "test"]
+    args = [str(BIN / "claw-envs"), "check", "swe", "--tasks", str(tasks), "--repos", str(repos), "--split", "test"]
     proc = run(args, cli_env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 of 1 swe tasks pass the check" in proc.stdout

@@ -245,7 +245,7 @@ def test_jsonl_tasks_load_and_a_missing_field_names_the_row(tmp_path):
     ]
     path = tmp_path / "mine.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    env = TerminalEnv(task_file=str(path), split="test")
+    env = TerminalEnv(tasks=str(path), split="test")
     try:
         assert [t.id for t in env.tasks] == ["hi", "mine-1"]
         env.reset(options={"task_id": "mine-1"})

@@ -18,6 +18,7 @@ from claw_envs.terminal import TerminalEnv
 from claw_envs.terminal.actions import tool_call_text
 from claw_envs.terminal.folders import read_folder
 from claw_envs.terminal.grading import offline_command, pytest_results
+from claw_envs.terminal.provision import host_package
 from claw_envs.terminal.tasks import load_tasks
 from claw_train.commands import envs
 
@@ -189,13 +190,17 @@ def test_the_agent_timeout_ends_the_episode_and_grades_it(tmp_path):
         env.close()
 
 
-def test_dockerfile_lines_the_local_backend_cannot_do_are_an_infra_failure_not_a_zero():
+def test_a_task_this_machine_cannot_provision_is_refused_naming_what_it_lacks_not_scored_zero():
     env = TerminalEnv(tasks=str(BROKEN / "needs-apt"), split="test")
     try:
         env.reset()
         obs, _reward, _terminated, truncated, info = env.step(BASH("ls"))
         assert info["status"] == "sandbox_failure" and truncated and info["next_state"].outcome is None
-        assert "RUN apt-get update && apt-get install -y jq (runs apt-get, which only an image build can do)" in obs
+        lacking = ", ".join(name for name in ("jq", "gnucobol") if host_package(name) is None)
+        assert obs == (
+            f"[infrastructure failure] this machine lacks what the task needs: apt packages not installed here: "
+            f"{lacking} (use sandbox='docker')"
+        )
     finally:
         env.close()
 
@@ -253,7 +258,7 @@ def test_claw_envs_check_passes_good_folders_and_names_broken_ones_with_why():
         problems = {r.task_id: r.problem for r in env._run(check_env(env, [t.id for t in env.tasks]))}
     finally:
         env.close()
-    assert "only an image build can do" in problems["needs-apt"]
+    assert problems["needs-apt"].endswith("apt packages not installed here: gnucobol (use sandbox='docker')")
     assert "the test script needs the network" in problems["needs-network"]
     assert "the tests did not finish within 2 s" in problems["never-ends"]
     assert problems["solution-fails"].startswith("the oracle solution does not solve it")
@@ -294,9 +299,8 @@ def test_tb1_copy_of_the_context_env_lines_pip_lines_and_a_solution_yaml(tmp_pat
     data = read_folder(task)
     assert data["copies"] == [["src", "/app/src"]]  # not the tests, the solution, task.yaml or run-tests.sh
     assert data["env"] == {"GREETING": "hi", "OTHER": "a b", "SINGLE": "one two"}
-    assert data["setup"] == [] and data["unsupported"] == [
-        "RUN mkdir -p logs && pip install pytest (mixes pip install with other commands)"
-    ]
+    assert data["setup"] == ["mkdir -p logs"] and data["unsupported"] == []  # a RUN of setup and pip is split
+    assert data["pip"] == ["pytest==8.4.1", "pytest"]
     dockerfile = "FROM python:3.13\nWORKDIR /app\nENV GREETING=hi\nRUN pip install pytest\nCOPY . .\n"
     (task / "Dockerfile").write_text(dockerfile)
     env = TerminalEnv(tasks=str(task), split="test")

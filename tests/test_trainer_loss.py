@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from claw_train.advantages import method_advantages  # noqa: E402
+from claw_train.advantages import MethodSettings, method_advantages  # noqa: E402
 from claw_train.batch import collate  # noqa: E402
 from claw_train.records import TrainSample, TurnRecord  # noqa: E402
 from claw_train.trainer import (  # noqa: E402
@@ -165,7 +165,7 @@ def test_replay_adds_its_weighted_cross_entropy_to_the_loss_and_moves_the_weight
     loss = trainer.compute_loss(trainer.model, trainer._prepare_inputs([{"prompt": ""}] * 4))
     replayed = -sum(completion_logprobs(model, [5, 6, 7], [9, 10, EOS])) / 3
     assert loss.item() == pytest.approx(hand_ppo_loss(model, samples, 1.0).item() + 2.0 * replayed, abs=1e-5)
-    assert trainer._metrics["train"]["claw/replay_loss"] == [pytest.approx(replayed, abs=1e-5)]
+    assert trainer.metric_values("claw/replay_loss") == [pytest.approx(replayed, abs=1e-5)]
     model = tiny_model()
     before = completion_logprobs(model, [5, 6, 7], [9, 10, EOS])
     source = QueueSource()
@@ -217,7 +217,7 @@ def test_every_method_updates_the_weights(tmp_path, tokenizer, method):
     for i in range(4):
         source.put(_opd_sample(model, i, rng, method, score=rng.choice([-1, 1])))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = make_trainer(tmp_path, model, tokenizer, source, method=method)
+    trainer = make_trainer(tmp_path, model, tokenizer, source)
     trainer.train()
     moved = max((model.state_dict()[k] - before[k]).abs().max().item() for k in before)
     assert moved > 1e-6
@@ -422,8 +422,8 @@ def test_config_defaults_and_presets(tmp_path):
         model_dir.mkdir()
         (model_dir / "config.json").write_text(f'{{"model_type": "qwen3", "hidden_size": {hidden}}}')
         assert ClawConfig.for_model(model_dir, tmp_path, report_to="none").learning_rate == preset_lr
-    with pytest.raises(ValueError, match="method"):
-        ClawConfig.for_model("tiny", tmp_path, method="ppo", report_to="none")
+    with pytest.raises(ValueError, match="method"):  # the one definition of a method refuses it
+        MethodSettings("ppo")
     with pytest.raises(ValueError, match="multiple"):
         ClawConfig.for_model("tiny", tmp_path, per_device_train_batch_size=5, report_to="none")
 

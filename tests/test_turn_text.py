@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from claw_envs.core import Evaluative, NextState
+from claw_train.advantages import MethodSettings
 from claw_train.judging import SampleMaker
 from claw_train.logs import VersionedLog, read_logs
 from claw_train.metrics import Stats
@@ -69,7 +70,8 @@ def _turns(tokenizer) -> list[TurnRecord]:
 
 def test_a_turn_logs_its_prompt_its_credit_and_its_screenshot(tokenizer, tmp_path):
     log = VersionedLog(tmp_path / "logs")
-    maker = SampleMaker(method="combined", judge=_Judge(), policy=_Policy(tokenizer), stats=Stats(), log=log)
+    settings = MethodSettings("combined")
+    maker = SampleMaker(settings=settings, judge=_Judge(), policy=_Policy(tokenizer), stats=Stats(), log=log)
     turns = _turns(tokenizer)
     for turn in turns:
         [sample] = asyncio.run(maker.personal(turn))

@@ -28,7 +28,7 @@ from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.simulator import Simulator, Turn, make_simulator
 from claw_envs.conversation.tasks import Problem, StudentWork, builtin_tasks, student_work
 from claw_envs.core import ClawEnv, NextState, Opening, Transition, step_history
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 
 class ConversationEnv(ClawEnv):
@@ -38,7 +38,7 @@ class ConversationEnv(ClawEnv):
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         persona: str | Path | Persona = "student",
         simulator: str | Simulator = "rules",

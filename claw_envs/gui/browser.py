@@ -256,12 +256,13 @@ class BrowserBackend:
                 raise InfraFailure(f"cannot read the page: {_first_line(err)}", StepStatus.BROWSER_FAILURE) from err
         return await self.evaluate(TREE_JS)  # the page navigated while it was read: read the new one
 
-    async def evaluate(self, expression: str) -> Any:
-        """Run a JavaScript expression of ours (never the agent's) in the page: the app's state, MiniWoB's globals."""
+    async def evaluate(self, expression: str, arg: Any = None) -> Any:
+        """Run a JavaScript expression of ours (never the agent's) in the page: the app's state, MiniWoB's globals;
+        a function expression is called with ``arg``."""
         page = self._require_page()
         await self._settle()
         try:
-            return await self._deadline(page.evaluate(expression), "read the page's state")
+            return await self._deadline(page.evaluate(expression, arg), "read the page's state")
         except InfraFailure:
             raise
         except Exception as err:

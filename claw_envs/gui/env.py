@@ -42,10 +42,11 @@ from claw_envs.core import (
     step_history,
 )
 from claw_envs.gui.actions import ActionError, Op, ParsedAction, parse
+from claw_envs.gui.miniwob import PageResult, episode_result, start_episode
 from claw_envs.gui.screen import Screen
 from claw_envs.gui.signals import PASSIVE_OPS, StepSignal, screen_text, step_signal, verdict
-from claw_envs.gui.tasks import APPS, DEFAULT_MAX_STEPS, builtin_tasks, check, load_tasks, resolve_step
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.gui.tasks import APPS, DEFAULT_MAX_STEPS, builtin_tasks, check, resolve_step
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 SYSTEM_PROMPT = """\
 You operate a screen to do a task. Each turn you see the screen as a tree: one element per line, \
@@ -59,26 +60,23 @@ When the task is finished reply DONE (FAIL if it cannot be done). You have {step
 class GUIEnv(ClawEnv):
     """GUI tasks on a real browser or desktop; see the module docstring for observations and signals.
 
-    ``task_dir`` reads a folder of MiniWoB++-style pages instead of the built-in tasks (each task names its
-    backend, ``browser`` or ``desktop``); ``viewport`` is the screen size; ``step_timeout`` the deadline of any
-    one browser or desktop call (past it the page counts as hung: ``browser_failure``).
+    ``tasks`` may be a folder of MiniWoB++-style pages (:mod:`.miniwob`) instead of the built-in tasks (each task
+    names its backend, ``browser`` or ``desktop``); ``viewport`` is the screen size; ``step_timeout`` the deadline
+    of any one browser or desktop call (past it the page counts as hung: ``browser_failure``).
     """
 
     default_max_turns = DEFAULT_MAX_STEPS
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         split: str = "train",
         max_turns: int | None = None,
         render_mode: str | None = None,
-        task_dir: str | None = None,
         viewport: tuple[int, int] = (800, 600),
         step_timeout: float = 20.0,
     ):
-        if tasks is None and task_dir is not None:
-            tasks = load_tasks(task_dir, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self._fixed_max_turns = max_turns
         self.viewport = (int(viewport[0]), int(viewport[1]))
@@ -148,9 +146,7 @@ class GUIEnv(ClawEnv):
         self._oracle_done = 0
         self._oracle_next = None
         if "miniwob" in task.data:
-            from claw_envs.gui.miniwob import start_episode
-
-            self._instruction = await start_episode(backend, task)
+            self._instruction = await start_episode(backend, task, int(self.np_random.integers(2**31 - 1)))
         else:
             await self._open_app(backend, task)
             self._instruction = str(task.data["instruction"])
@@ -184,11 +180,9 @@ class GUIEnv(ClawEnv):
             if action == self._oracle_next and (scored.score > -1 or (moved and scored.tags == ("no_change",))):
                 self._oracle_done += 1  # the oracle's step took effect (a pointer move may show nothing)
             if "miniwob" in self.task.data:
-                from claw_envs.gui.miniwob import episode_result
-
                 result = await episode_result(self._backend)
                 if result is not None:
-                    return self._ended(tr, *result)
+                    return self._ended(tr, result)
         if self.step_index >= self.max_turns:  # the base class truncates here: the check decides the outcome
             solved, missing, reason = await self._check()
             evaluative, _ = verdict(missing, solved=solved, reason=reason)
@@ -254,21 +248,23 @@ class GUIEnv(ClawEnv):
         await self._backend.end_episode()
         return Transition(self._observation(before, ""), ns, reward=float(solved), terminated=True)
 
-    def _ended(self, tr: Transition, solved: bool, reason: str) -> Transition:
-        evaluative, directive = verdict([], solved=solved, reason=reason)
+    def _ended(self, tr: Transition, result: PageResult) -> Transition:
+        """The step on which a MiniWoB page ended its episode: its raw reward decides."""
+        evaluative, directive = verdict([], solved=result.solved, reason=result.reason)
         ns = dataclasses.replace(
-            tr.next_state, evaluative=evaluative, directive=directive or tr.next_state.directive, outcome=float(solved)
-        )
-        return Transition(tr.observation, ns, reward=float(solved), terminated=True, info={"reason": reason})
+            tr.next_state, evaluative=evaluative, directive=directive or tr.next_state.directive,
+            outcome=float(result.solved),
+        )  # fmt: skip
+        info = {**tr.info, "reason": result.reason, "miniwob": result.info()}
+        return Transition(tr.observation, ns, reward=float(result.solved), terminated=True, info=info)
 
     async def _check(self) -> tuple[bool, list[str], str]:
         """Whether the app's real state is as the task asks: (solved, keys not as asked, the page's reason)."""
         if "miniwob" in self.task.data:
-            from claw_envs.gui.miniwob import episode_result
-
             result = await episode_result(self._backend)
-            solved, reason = result if result is not None else (False, "the page's episode is not over")
-            return solved, [], reason
+            if result is None:
+                return False, [], "the page's episode is not over"
+            return result.solved, [], result.reason
         missing = check(dict(self.task.data["expect"]), await self._backend.app_state())
         return not missing, missing, ""
 

@@ -47,9 +47,9 @@ from claw_envs.swe.actions import SUBMIT_MARKER, TOOLS, Turn, read_turn, submits
 from claw_envs.swe.grading import PATCH_FILE, Verdict, grade_patch, patch_of, test_files
 from claw_envs.swe.repos import RepoSource
 from claw_envs.swe.signals import Findings, command_signal
-from claw_envs.swe.tasks import builtin_instances, load_instances, normalise
+from claw_envs.swe.tasks import builtin_instances, normalise
 from claw_envs.swe.workspace import Prepared, Workspaces, checkout_command
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 SYSTEM_PROMPT = """\
 You are a software engineer fixing an issue in the repository at /testbed (your current directory). There is \
@@ -88,7 +88,7 @@ SYNTAX_CHECK = (
 class SWEEnv(ClawEnv):
     """SWE-bench instances in a sandbox; see the module docstring.
 
-    ``tasks`` or ``task_file`` (JSONL/JSON/parquet or a dataset id, :mod:`.tasks`) replace the built-in
+    ``tasks`` (a JSONL/JSON/parquet file or a dataset id, :mod:`.tasks`, or a task source) replaces the built-in
     instances. ``repos`` is the repository source (a directory of ``owner__name`` clones or a URL template;
     :mod:`.repos`), ``cache_dir`` the cache of mirrors and virtualenvs. ``sandbox`` is ``local`` (bubblewrap) or
     ``docker`` (the instance's image); ``sandbox_options`` go to its constructor. ``command_timeout`` limits
@@ -100,12 +100,11 @@ class SWEEnv(ClawEnv):
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         split: str = "train",
         max_turns: int | None = None,
         render_mode: str | None = None,
-        task_file: str | None = None,
         repos: str | None = None,
         cache_dir: str | None = None,
         sandbox: str = "local",
@@ -115,8 +114,6 @@ class SWEEnv(ClawEnv):
         max_output_chars: int = 4000,
         use_swebench: bool | None = None,
     ):
-        if tasks is None and task_file is not None:
-            tasks = load_instances(task_file, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self.workspaces = Workspaces(RepoSource(repos, cache_dir))
         self.sandbox_kind = sandbox

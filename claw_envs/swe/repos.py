@@ -6,7 +6,7 @@ A :class:`RepoSource` finds ``owner/name`` in this order:
   ``data/repos/<name>.json``: its files and its commit message), generated into a real git repository at runtime
   with a fixed author and date, so their commits have the same hashes everywhere;
 * a **directory** (``repos=DIR``, ``--repos DIR``) of clones or bare mirrors named ``owner__name`` (the
-  instance-id convention) or ``owner__name.git``;
+  instance-id convention) or ``owner__name.git``, or git bundles named ``owner__name.bundle`` (``git bundle create``);
 * a **git URL template** (``repos=https://mirror.example/{repo}.git``; ``{repo}``, ``{owner}`` and ``{name}`` are
   filled in), GitHub (``https://github.com/{repo}.git``) when no source is given.
 
@@ -17,19 +17,18 @@ commit it lacks. Sandboxes see it read-only, so no episode can corrupt it.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
 
 from claw_envs.core import InfraFailure
+from claw_envs.locks import locked
 
 BUILTIN_OWNER = "claw-examples"
 GITHUB = "https://github.com/{repo}.git"
@@ -80,18 +79,6 @@ def git(*args: str, cwd: str | os.PathLike[str] | None = None, env: Mapping[str,
     if done.returncode != 0:
         raise RepoError(f"git {' '.join(args[:2])} failed: {done.stderr.strip()[-600:]}")
     return done.stdout
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive file lock on ``path`` (made if missing), across processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @cache
@@ -155,9 +142,12 @@ class RepoSource:
         for candidate in (Path(self.spec) / dir_name(repo), Path(self.spec) / f"{dir_name(repo)}.git"):
             if candidate.is_dir():
                 return str(candidate.resolve())
+        bundle = Path(self.spec) / f"{dir_name(repo)}.bundle"
+        if bundle.is_file():
+            return str(bundle.resolve())
         raise RepoError(
             f"repo {repo} is not in {self.describe()}: expected a clone or bare mirror named "
-            f"{dir_name(repo)} or {dir_name(repo)}.git there"
+            f"{dir_name(repo)} or {dir_name(repo)}.git there, or a bundle {dir_name(repo)}.bundle"
         )
 
     def mirror(self, repo: str, commit: str | None = None) -> Path:

@@ -35,7 +35,9 @@ command; the agent's processes end before the check runs. ``shell="oneshot"`` ru
 number in ``reward.txt``), the reward is ``2·outcome − 1``, the final ``evaluative`` +1 when solved and -1 (with a
 directive) when the agent declared an unfinished task done; ``info["grading"]`` holds the per-test results. The
 agent's time for the episode (``[agent] timeout_sec``) caps its commands; when it is used up the episode ends and
-the tests run.
+the tests run. The environment is provisioned from the Dockerfile (:mod:`.provision`): ``info["environment"]`` at
+reset says how, ``info["approximations"]`` what is only approximated; a task this machine cannot provision is an
+infrastructure failure naming what it lacks.
 """
 
 from __future__ import annotations
@@ -43,12 +45,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
-
-import numpy as np
 
 from claw_envs.core import (
     ClawEnv,
@@ -64,23 +63,25 @@ from claw_envs.core import (
 from claw_envs.sandbox import ExecResult, Sandbox, SandboxError
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.sandbox.shell import PersistentShell, ShellRun
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 from claw_envs.terminal.actions import (
     BASH_TOOL,
     LIMITS,
     MAX_COMMAND_BYTES,
     Turn,
     assistant_message,
-    fenced_text,
     read_turn,
     reply_message,
     tool_call_text,
 )
-from claw_envs.terminal.grading import Verdict, grade_folder, prepare_folder
+from claw_envs.terminal.grading import Verdict, grade_folder, network_line, prepare_folder
+from claw_envs.terminal.provision import Environments, Plan, build, plan
 from claw_envs.terminal.signals import report
-from claw_envs.terminal.tasks import builtin_tasks, load_tasks, solution_commands, validate
+from claw_envs.terminal.tasks import builtin_tasks, solution_commands, validate
+from claw_envs.terminal.venvs import VenvError
 from claw_envs.toolcall.tools import cap_text
 
+DEFAULT_COMMAND_TIMEOUT = 10.0
 SYSTEM_PROMPT = """\
 You are working in a Linux shell. Your current directory is the task's working directory; only it and \
 /tmp can be written, and there is no network.
@@ -103,23 +104,17 @@ SHELL_NOTES = {
     "oneshot": "Each command runs in a new shell: cd and variables do not carry over, files do.",
 }
 
-DEMO_FINALS = (
-    "Done.",
-    "The task is done.",
-    "Finished: the files are in place.",
-    "That completes the task.",
-    "All done, the result is ready.",
-)
-
 
 class TerminalEnv(ClawEnv):
     """Shell tasks checked by a command; see the module docstring for the signals.
 
-    ``tasks`` or ``task_file`` (a JSONL file or a folder of task folders, see :mod:`.tasks`) replace the built-in
-    tasks. ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``shell`` is ``"persistent"``
-    or ``"oneshot"`` (default: persistent on the local backend, one-shot on docker); ``command_timeout`` limits
-    each command, ``check_timeout`` the check, ``max_output_chars`` what the model sees of an output,
-    ``max_command_bytes`` the command line (a longer one is the agent's error).
+    ``tasks`` (a JSONL file, a task folder or a folder of them, see :mod:`.tasks`, or a task source) replaces the
+    built-in tasks. ``sandbox``/``sandbox_options`` go to ``claw_envs.sandbox.make_sandbox``; ``shell`` is
+    ``"persistent"`` or ``"oneshot"`` (default: persistent on the local backend, one-shot on docker);
+    ``command_timeout`` limits each command (default 10 s; unless it is given, a task folder's commands are limited
+    by the agent's time for the task alone: its solution script is one long command), ``check_timeout`` the check,
+    ``max_output_chars`` what the model sees of an output, ``max_command_bytes`` the command line (a longer one is
+    the agent's error).
     """
 
     default_max_turns = 8
@@ -130,15 +125,14 @@ class TerminalEnv(ClawEnv):
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         split: str = "train",
         max_turns: int | None = None,
         render_mode: str | None = None,
-        task_file: str | None = None,
         sandbox: str = "local",
         sandbox_options: Mapping[str, Any] | None = None,
-        command_timeout: float = 10.0,
+        command_timeout: float | None = None,
         check_timeout: float = 30.0,
         max_output_chars: int = 2000,
         max_command_bytes: int | None = None,
@@ -148,17 +142,17 @@ class TerminalEnv(ClawEnv):
             raise ValueError(f"shell must be 'persistent' or 'oneshot', got {shell!r}")
         if shell == "persistent" and sandbox != "local":
             raise ValueError(f"shell='persistent' needs the local sandbox; pass shell='oneshot' for {sandbox!r}")
-        if isinstance(tasks, str):
-            tasks = load_tasks(tasks, split=split)
-        if tasks is None and task_file is not None:
-            tasks = load_tasks(task_file, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self.sandbox = EpisodeSandbox(sandbox, sandbox_options)
         self._options = dict(self.sandbox.options)
         self.shell = shell or ("persistent" if sandbox == "local" else "oneshot")
         self._shell: PersistentShell | None = None
+        self._plan: Plan | None = None
+        self._envs: Environments | None = None
         self._agent_seconds = 0.0
-        self.command_timeout = command_timeout
+        self.command_timeout = DEFAULT_COMMAND_TIMEOUT if command_timeout is None else command_timeout
+        self._timeout_given = command_timeout is not None
+        self._transcript: list[str] = []
         self.check_timeout = check_timeout
         self.max_output_chars = max_output_chars
         if max_command_bytes is not None:
@@ -174,7 +168,7 @@ class TerminalEnv(ClawEnv):
     def opening_messages(self, task: Task) -> list[Message]:
         """The system prompt (how to run commands, the tool schema) and the instruction."""
         system = SYSTEM_PROMPT.format(
-            timeout=self.command_timeout,
+            timeout=self._command_limit(task),
             shell=SHELL_NOTES[self.shell],
             turns=self.max_turns,
             tools=json.dumps([BASH_TOOL], ensure_ascii=False),
@@ -188,12 +182,17 @@ class TerminalEnv(ClawEnv):
         self._close_sandbox()
         self._commands = 0
         self._agent_seconds = 0.0
+        self._transcript = []
         at_workdir = "folder" in task.data and self.sandbox.kind == "local"
         self.sandbox.options = {**self._options, **({"workspace": task.data["workdir"]} if at_workdir else {})}
+        self._plan = plan(task.data) if at_workdir else None
+        self._envs = None
         messages = self.opening_messages(task)
-        return Opening(
-            observation=messages[-1]["content"], messages=messages, info={"tools": [copy.deepcopy(BASH_TOOL)]}
-        )
+        info: dict[str, Any] = {"tools": [copy.deepcopy(BASH_TOOL)]}
+        if self._plan is not None:
+            info["environment"] = self._plan.to_info()
+            info["approximations"] = list(self._plan.approximations)
+        return Opening(observation=messages[-1]["content"], messages=messages, info=info)
 
     async def _act(self, action: str) -> Transition:
         turn = read_turn(
@@ -213,8 +212,9 @@ class TerminalEnv(ClawEnv):
         return tr
 
     async def _command_turn(self, action: str, turn: Turn) -> Transition:
-        timeout = min(self.command_timeout, max(round(self._agent_time_left(), 1), 0.1))
+        timeout = min(self._command_limit(self.task), max(round(self._agent_time_left(), 1), 0.1))
         run = await self._exec_agent(turn.command, timeout)
+        self._transcript.append(f"$ {turn.command}\n{run.result.stdout}{run.result.stderr}")
         self._commands += 1
         self._agent_seconds += run.result.duration
         rep = report(run.result, timeout=timeout, max_chars=self.max_output_chars)
@@ -239,6 +239,13 @@ class TerminalEnv(ClawEnv):
             await self._add_check(tr, why="the agent's time for this task is used up")
             tr.terminated = True
         return tr
+
+    def _command_limit(self, task: Task) -> float:
+        """Seconds one command may run: ``command_timeout``, or for a task folder (unless it was given) the agent's
+        time for the task."""
+        if "folder" in task.data and not self._timeout_given and task.data.get("agent_timeout"):
+            return float(task.data["agent_timeout"])
+        return self.command_timeout
 
     def _agent_time_left(self) -> float:
         """Seconds the agent may still spend on commands (a task folder's agent timeout; unbounded otherwise)."""
@@ -292,13 +299,25 @@ class TerminalEnv(ClawEnv):
             if self._shell is not None:
                 await asyncio.to_thread(self._shell.close)
             if "folder" in self.task.data:
+                await self._provisioned()
+                python = self._envs.python(tests=True) if self._envs else "python3"
                 grade = await self.sandbox.run(
-                    lambda box: grade_folder(box, dict(self.task.data), timeout=self.check_timeout_for()),
+                    lambda box: grade_folder(
+                        box,
+                        dict(self.task.data),
+                        timeout=self.check_timeout_for(),
+                        python=python,
+                        env=self._command_env(tests=True),
+                        transcript="\n".join(self._transcript),
+                    ),
                     timeout=self.check_timeout_for() + 60.0,
                     what="grading: ",
                     prepare=self._prepare,
                 )
-                return Verdict.of_grade(grade)
+                verdict = Verdict.of_grade(grade)
+                if not verdict.solved and (line := network_line("\n".join(self._transcript))):
+                    verdict.info["diagnosis"] = f"a command of the episode needed the network ({line})"
+                return verdict
             solved, detail = await self._check()
             return Verdict.of_check(solved, detail)
         finally:
@@ -318,9 +337,29 @@ class TerminalEnv(ClawEnv):
 
     # -- the sandbox -------------------------------------------------------------------------
 
+    async def _provisioned(self) -> None:
+        """A task folder's environment, before its first sandbox: refused when this machine lacks what it needs,
+        else its virtualenvs built (or taken from the cache) and shown read-only inside (:mod:`.provision`)."""
+        if self._plan is None or self._envs is not None:
+            return
+        if self._plan.problem:
+            raise InfraFailure(self._plan.problem, StepStatus.SANDBOX_FAILURE)
+        try:
+            self._envs = await asyncio.to_thread(build, self._plan)
+        except VenvError as err:
+            raise InfraFailure(f"cannot build the task's virtualenv: {err}", StepStatus.SANDBOX_FAILURE) from err
+        binds = [*self.sandbox.options.get("binds_ro", ()), *self._envs.binds()]
+        self.sandbox.options = {**self.sandbox.options, "binds_ro": binds}
+
+    def _command_env(self, *, tests: bool = False) -> dict[str, str]:
+        """The environment of the task's commands: its ``ENV`` (over the virtualenv's, for a task folder)."""
+        data_env = dict(self.task.data.get("env") or {})
+        return self._envs.command_env(data_env, tests=tests) if self._envs else data_env
+
     async def _exec(self, command: str, timeout: float) -> ExecResult:
+        await self._provisioned()
         return await self.sandbox.run(
-            lambda box: box.arun(command, timeout=timeout, env=self.task.data.get("env")),
+            lambda box: box.arun(command, timeout=timeout, env=self._command_env()),
             timeout=timeout + 30.0,
             prepare=self._prepare,
         )
@@ -333,9 +372,10 @@ class TerminalEnv(ClawEnv):
         async def in_shell(box: Sandbox) -> ShellRun:
             if self._shell is None or self._shell.sandbox is not box:
                 limit = getattr(box, "output_limit", 65536)
-                self._shell = PersistentShell(box, env=self.task.data.get("env"), output_limit=limit)
+                self._shell = PersistentShell(box, env=self._command_env(), output_limit=limit)
             return await self._shell.arun(command, timeout)
 
+        await self._provisioned()
         return await self.sandbox.run(in_shell, timeout=timeout + 30.0, prepare=self._prepare)
 
     async def _prepare(self, sandbox: Sandbox) -> None:
@@ -348,7 +388,7 @@ class TerminalEnv(ClawEnv):
                     f"sandbox runs {sandbox.isolation}",
                     StepStatus.SANDBOX_FAILURE,
                 )
-            return await prepare_folder(sandbox, dict(self.task.data), self.check_timeout)
+            return await prepare_folder(sandbox, dict(self.task.data), self.check_timeout, self._command_env())
         try:
             for path, content in dict(self.task.data.get("files", {})).items():
                 await asyncio.to_thread(sandbox.write_file, path, content)
@@ -397,52 +437,7 @@ class TerminalEnv(ClawEnv):
         return "The task is done."
 
     def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
-        """Solution turns on built-in training tasks: commands (tool calls or ```bash blocks) and final messages.
+        """Solution turns on built-in training tasks, from real runs (:func:`.demos.demonstrations`)."""
+        from claw_envs.terminal.demos import demonstrations
 
-        Each task's solution is run once in a sandbox (per process) so the outputs in the history are real.
-        """
-        rng = np.random.default_rng(seed)
-        train = builtin_tasks("train")
-        runs = _solution_runs(self.sandbox.kind, json.dumps(self._options, sort_keys=True))
-        demos = []
-        for _ in range(n):
-            task_id, steps = runs[int(rng.integers(len(runs)))]
-            style = "tool" if rng.random() < 0.5 else "fenced"
-            upto = int(rng.integers(len(steps) + 1))
-            messages = self.opening_messages(train.get(task_id))
-            for k, (command, output) in enumerate(steps[:upto], 1):
-                action = _action_text(command, style)
-                turn = read_turn(action, id_prefix=f"call_{k}_")
-                messages += [assistant_message(turn, action), reply_message(turn, output)]
-            if upto < len(steps):
-                completion = _action_text(steps[upto][0], style)
-            else:
-                completion = DEMO_FINALS[int(rng.integers(len(DEMO_FINALS)))]
-            demos.append({"messages": messages, "completion": completion})
-        return demos
-
-
-def _action_text(command: str, style: str) -> str:
-    return tool_call_text(command) if style == "tool" else fenced_text(command)
-
-
-@functools.cache
-def _solution_runs(sandbox_kind: str, options_json: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
-    """``(task id, ((command, output text), ...))`` for every built-in training task, from real runs."""
-    env = TerminalEnv(split="train", sandbox=sandbox_kind, sandbox_options=json.loads(options_json))
-    runs = []
-    try:
-        for task in env.tasks:
-            if "folder" in task.data:
-                continue  # a folder's solution is one long script: no demonstration for a small model
-            env.reset(options={"task_id": task.id})
-            steps = []
-            for command in task.data.get("solution", []):
-                obs, *_, info = env.step(tool_call_text(command))
-                if info["status"] != "ok":
-                    raise RuntimeError(f"cannot record the solution of {task.id}: {obs}")
-                steps.append((command, obs))
-            runs.append((task.id, tuple(steps)))
-    finally:
-        env.close()
-    return tuple(runs)
+        return demonstrations(self, n, seed)

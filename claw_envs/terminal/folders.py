@@ -2,39 +2,33 @@
 
 The layout is detected per folder: **Harbor** has ``task.toml`` and ``instruction.md`` (``environment/Dockerfile``,
 ``tests/test.sh`` writing ``/logs/verifier/reward.txt`` or ``reward.json``, ``solution/solve.sh``); **TB1** has
-``task.yaml`` (``Dockerfile``, ``run-tests.sh``, ``tests/``, ``solution.sh`` or ``solution.yaml``).
+``task.yaml`` (``Dockerfile``, ``run-tests.sh``, ``tests/``, ``solution.sh`` or ``solution.yaml``). TB1's first
+releases kept the instruction in ``descriptions`` (the ``base`` one) and shared their test scripts across a dataset:
+a task folder inside ``<dataset>/tasks/`` without a ``run-tests.sh`` runs ``<dataset>/defaults/run-tests.sh``, with
+the ``test_scripts`` it names from ``<dataset>/scripts/`` beside its tests.
 
 Read from the metadata: the instruction; ``[agent] timeout_sec`` / ``max_agent_timeout_sec`` (the agent's time for
-the episode); ``[verifier] timeout_sec`` / ``max_test_timeout_sec`` (the tests' time). Read from the Dockerfile:
-``WORKDIR`` (the last one; ``/app`` without one), ``COPY``/``ADD`` of files of the build context into the workdir,
-``ENV``, and ``RUN`` lines (see :func:`read_dockerfile`). Everything else there (``FROM``, ``USER``, ``EXPOSE``,
-``CMD``, ``ENTRYPOINT``, ``LABEL``, ``ARG``...) is ignored: the local backend runs on this machine's system with this
-project's Python. A folder whose metadata is missing or malformed, or that has no tests, raises ``ValueError``
-naming the folder and the fault.
+the episode); ``[verifier] timeout_sec`` / ``max_test_timeout_sec`` (the tests' time). From the Dockerfile: see
+:mod:`.dockerfile`. From the test script and the solution: the packages they ``pip install`` (``test_pip``,
+``solution_pip``; see :mod:`.provision`). A folder whose metadata is missing or malformed, or that has no tests,
+raises ``ValueError`` naming the folder and the fault.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
-import posixpath
-import re
-import shlex
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-DEFAULT_WORKDIR = "/app"
+from claw_envs.terminal.dockerfile import read_dockerfile
+from claw_envs.terminal.shellwords import argv, pip_install, pipeline, script_commands
+
 DEFAULT_VERIFIER_TIMEOUT = 600.0
-LOCAL_RUN_PROGRAMS = frozenset(
-    "mkdir touch echo printf cat cp mv rm ln chmod tar gzip gunzip git sed awk sort head tail true python python3 "  # noqa: SIM905
-    "cd find xargs tee seq".split()
-)
-"""Programs a Dockerfile ``RUN`` line may use and still run on the local backend (in the workdir, as setup)."""
-PIP_INSTALL = re.compile(r"^(?:python3? -m )?(?:uv )?pip3? install\b")
 _TB1_PRIVATE = {"task.yaml", "run-tests.sh", "solution.sh", "solution.yaml", "tests", "Dockerfile"}
 
 
@@ -52,8 +46,25 @@ def read_folder(folder: Path) -> dict[str, Any]:
         data = _tb1(folder)
     else:
         raise ValueError(f"{folder}: not a task folder (no task.toml + instruction.md, no task.yaml)")
-    data["digest"] = _digest(folder)
+    scripts = [folder / data["test_script"], *(folder / h for h in data.get("test_helpers", []))]
+    data["test_pip"] = _pip_lines(" \n".join(p.read_text(encoding="utf-8", errors="replace") for p in scripts))
+    solution = "\n".join(data.get("solution", []))
+    if data.get("solution_script"):
+        solution = (folder / data["solution_script"]).read_text(encoding="utf-8", errors="replace")
+    data["solution_pip"] = _pip_lines(solution)
+    data["digest"] = _digest(folder, [p for p in scripts if not p.resolve().is_relative_to(folder)])
     return data
+
+
+def _pip_lines(script: str) -> list[str]:
+    """The requirements a script installs with pip or uv (each once, in order)."""
+    found: list[str] = []
+    for command in script_commands(script):
+        for part in pipeline(command):
+            pip = pip_install(argv(part))
+            if pip is not None:
+                found += [r for r in pip.requirements if r not in found and r != "pip"]
+    return found
 
 
 def _harbor(folder: Path) -> dict[str, Any]:
@@ -93,13 +104,14 @@ def _tb1(folder: Path) -> dict[str, Any]:
         raise ValueError(f"{meta_path}: not valid YAML ({err})") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{meta_path}: expected a mapping of fields, got {type(meta).__name__}")
-    instruction = meta.get("instruction")
+    instruction = meta.get("instruction", _base_description(meta))
     if not isinstance(instruction, str) or not instruction.strip():
         raise ValueError(f"{meta_path}: 'instruction' must be a non-empty string")
     parser = meta.get("parser_name", "pytest")
     if parser != "pytest":
         raise ValueError(f"{meta_path}: parser_name {parser!r} is not supported (only pytest)")
-    if not (folder / "run-tests.sh").is_file() or not (folder / "tests").is_dir():
+    run_tests, helpers = _tb1_test_scripts(folder, meta, meta_path)
+    if run_tests is None or not (folder / "tests").is_dir():
         raise ValueError(f"{folder}: no tests (run-tests.sh and tests/ are both needed)")
     steps = None
     if (folder / "solution.yaml").is_file():
@@ -112,156 +124,39 @@ def _tb1(folder: Path) -> dict[str, Any]:
         "agent_timeout": _seconds(meta, "max_agent_timeout_sec", meta_path),
         "verifier_timeout": _seconds(meta, "max_test_timeout_sec", meta_path) or DEFAULT_VERIFIER_TIMEOUT,
         "tests": "tests",
-        "test_script": "run-tests.sh",
+        "test_script": run_tests,
+        "test_helpers": helpers,
         "solution_script": "solution.sh" if (folder / "solution.sh").is_file() else None,
         **({"solution": steps} if steps else {}),
     }
 
 
-def read_dockerfile(
-    path: Path, *, context: Path, folder: Path, private: frozenset[str] | set[str] = frozenset()
-) -> dict[str, Any]:
-    """What the local backend takes from a Dockerfile: ``workdir``, ``copies`` (``[source relative to the task
-    folder, destination inside]``), ``env``, ``setup`` (RUN lines it can run itself) and ``unsupported`` (lines
-    only an image build can do, with why). ``context`` is the build context, ``folder`` the task folder; ``private``
-    names context entries never copied by ``COPY .`` (the tests and the solution stay hidden)."""
-    out: dict[str, Any] = {"workdir": DEFAULT_WORKDIR, "copies": [], "env": {}, "setup": [], "unsupported": []}
-    if not path.is_file():
-        return out
-    workdir = "/"
-    base = folder
-    seen_workdir = False
-    for line in _instructions(path.read_text(encoding="utf-8", errors="replace")):
-        word, _, rest = line.partition(" ")
-        word, rest = word.upper(), rest.strip()
-        if word == "WORKDIR":
-            workdir = posixpath.normpath(posixpath.join(workdir, rest.strip("\"'")))
-            seen_workdir = True
-        elif word == "ENV":
-            out["env"].update(_env_pairs(rest))
-        elif word in ("COPY", "ADD"):
-            problem = _copy(rest, workdir, context, base, private, out["copies"])
-            if problem:
-                out["unsupported"].append(f"{line} ({problem})")
-        elif word == "RUN":
-            problem = _run_problem(rest)
-            if problem:
-                out["unsupported"].append(f"{line} ({problem})")
-            elif not _only_pip(rest):  # a pip install of what this environment has is already done
-                out["setup"].append(rest)
-    out["workdir"] = workdir = workdir if seen_workdir else DEFAULT_WORKDIR
-    for src, dest in out["copies"]:
-        if not _under(dest, workdir):
-            out["unsupported"].append(f"COPY {src} {dest} (the local backend shows only the workdir {workdir})")
-    out["copies"] = [[src, dest] for src, dest in out["copies"] if _under(dest, workdir)]
-    return out
+def _base_description(meta: dict[str, Any]) -> str | None:
+    """The instruction of TB1's first releases: the ``base`` entry of ``descriptions`` (else the first)."""
+    entries = meta.get("descriptions")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        return None
+    entry = next((e for e in entries if e.get("key") == "base"), entries[0])
+    return entry.get("description")
 
 
-def _instructions(text: str) -> list[str]:
-    """The Dockerfile's instructions, continuation lines joined, comments dropped."""
-    lines, current = [], ""
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if not current and (not stripped or stripped.startswith("#")):
-            continue
-        if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
-            continue
-        lines.append((current + stripped).strip())
-        current = ""
-    if current.strip():
-        lines.append(current.strip())
-    return lines
-
-
-def _env_pairs(rest: str) -> dict[str, str]:
-    words = shlex.split(rest)
-    if len(words) >= 2 and "=" not in words[0]:
-        return {words[0]: " ".join(words[1:])}
-    return dict(word.split("=", 1) for word in words if "=" in word)
-
-
-def _copy(
-    rest: str, workdir: str, context: Path, base: Path, private: frozenset[str] | set[str], copies: list[list[str]]
-) -> str | None:
-    """Add a ``COPY``'s sources to ``copies``; what the local backend cannot honour about it, or ``None``."""
-    words = [w for w in (shlex.split(rest) if not rest.startswith("[") else _json_words(rest)) if w]
-    flags = [w for w in words if w.startswith("--")]
-    words = [w for w in words if not w.startswith("--")]
-    if any(f.startswith("--from") for f in flags):
-        return "copies from another build stage or image"
-    if len(words) < 2:
-        return "no source or destination"
-    *sources, dest = words
-    dest_abs = posixpath.normpath(posixpath.join(workdir, dest))
-    for source in sources:
-        if re.match(r"^[a-z]+://", source):
-            return "downloads from the network"
-        host = (context / source).resolve()
-        if not host.is_relative_to(context.resolve()) or not host.exists():
-            return f"{source} is not a file of the build context"
-        if host == context.resolve():
-            skip = {*private, "Dockerfile", "__pycache__"}
-            names = sorted(p.name for p in host.iterdir() if p.name not in skip)
-            copies.extend([str((host / n).relative_to(base)), posixpath.join(dest_abs, n)] for n in names)
-        elif host.is_dir() or dest.endswith("/") or len(sources) > 1:
-            target = dest_abs if host.is_dir() and not dest.endswith("/") else posixpath.join(dest_abs, host.name)
-            copies.append([str(host.relative_to(base)), target])
-        else:
-            copies.append([str(host.relative_to(base)), dest_abs])
-    return None
-
-
-def _json_words(rest: str) -> list[str]:
-    try:
-        words = json.loads(rest)
-    except ValueError:
-        return []
-    return [str(w) for w in words] if isinstance(words, list) else []
-
-
-def _run_problem(command: str) -> str | None:
-    """Why the local backend cannot run this ``RUN`` command itself, or ``None`` when it can (or need not)."""
-    parts = _parts(command)
-    pips = [part for part in parts if PIP_INSTALL.match(part)]
-    for part in pips:
-        missing = [p for p in _pip_packages(part) if not _installed(p)]
-        if missing:
-            return f"installs {', '.join(missing)}, which this environment lacks"
-    if pips and len(pips) < len(parts):
-        return "mixes pip install with other commands"
-    for part in parts:
-        program = posixpath.basename(part.split()[0])
-        if not PIP_INSTALL.match(part) and program not in LOCAL_RUN_PROGRAMS:
-            return f"runs {program}, which only an image build can do"
-    return None
-
-
-def _parts(command: str) -> list[str]:
-    """The simple commands of a shell line (split at ``&&``, ``||``, ``;`` and ``|``)."""
-    return [part.strip() for part in re.split(r"&&|\|\||;|\|", command) if part.strip()]
-
-
-def _only_pip(command: str) -> bool:
-    return all(PIP_INSTALL.match(part) for part in _parts(command))
-
-
-def _pip_packages(part: str) -> list[str]:
-    words = part.split()
-    names = [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
-    return [re.split(r"[=<>!~\[;]", name)[0] for name in names]
-
-
-def _installed(name: str) -> bool:
-    try:
-        importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
+def _tb1_test_scripts(folder: Path, meta: dict[str, Any], where: Path) -> tuple[str | None, list[str]]:
+    """The test script (relative to the folder) and the helper scripts it may source: the folder's
+    ``run-tests.sh``, or its dataset's default (``<dataset>/defaults/run-tests.sh``); the ``test_scripts`` found in
+    ``<dataset>/scripts`` (those in ``tests/`` are there already)."""
+    dataset = folder.parent.parent if folder.parent.name == "tasks" else None
+    names = meta.get("test_scripts") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{where}: test_scripts must be a list of file names")
+    helpers = []
+    for name in names:
+        path = dataset / "scripts" / name if dataset else None
+        if path is not None and path.is_file() and not (folder / "tests" / name).is_file():
+            helpers.append(os.path.relpath(path, folder))
+    if (folder / "run-tests.sh").is_file():
+        return "run-tests.sh", helpers
+    default = dataset / "defaults" / "run-tests.sh" if dataset else None
+    return (os.path.relpath(default, folder) if default and default.is_file() else None), helpers
 
 
 def _solution_steps(path: Path) -> list[str]:
@@ -297,9 +192,12 @@ def _text(path: Path) -> str:
     return text
 
 
-def _digest(folder: Path) -> str:
-    """SHA-256 over every file's relative path and bytes, so a task's hash changes with its files."""
+def _digest(folder: Path, shared: list[Path]) -> str:
+    """SHA-256 over every file's relative path and bytes (and the dataset scripts it uses), so a task's hash
+    changes with its files."""
     h = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in shared:
+        h.update(json.dumps(os.path.relpath(path, folder)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()

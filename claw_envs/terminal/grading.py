@@ -1,15 +1,17 @@
 """Preparing and grading task-folder tasks in a sandbox: the Dockerfile's files and setup before the agent, the
 hidden tests after it.
 
-**Before the agent** (:func:`prepare_folder`): lines of the Dockerfile the local backend cannot honour make the task
-an :class:`~claw_envs.core.InfraFailure` (never a reward of 0); the ``COPY``'d files are written into the workdir
-(executable when they are on the host or start with ``#!``) and the honoured ``RUN`` lines run there.
+**Before the agent** (:func:`prepare_folder`): the ``COPY``'d files (and heredoc ``COPY`` texts) are written into
+the workdir (executable when they are on the host or start with ``#!``) and the honoured ``RUN`` lines run there,
+with the task's virtualenv on ``PATH`` (:mod:`.provision`; a task this machine cannot provision is refused before).
 
-**Grading** (:func:`grade_folder`): the tests are copied into a host folder shown read-only at ``/tests`` and an
-empty host folder writable at ``/logs/verifier``, for the verifier's command only: the agent never sees either,
-and a ``reward.txt`` it wrote anywhere is never read. When the test script only installs a test runner (apt-get,
-curl, uv, pip) and runs pytest on the tests, the equivalent offline command runs instead (this project's pytest,
-``-rA``), and ``Grade.offline`` says so; otherwise the script runs as it is. Harbor: the number in ``reward.txt``
+**Grading** (:func:`grade_folder`): the tests (and the dataset's test scripts a TB1 task shares) are copied into a
+host folder shown read-only at ``/tests`` and an empty host folder writable at ``/logs/verifier``, for the
+verifier's command only: the agent never sees either, and a ``reward.txt`` it wrote anywhere is never read. The
+verifier runs with the tests' virtualenv on ``PATH``. When the test script (with the scripts it sources from
+``$TEST_DIR`` read in) only installs a test runner (apt-get, curl, uv, pip, a venv) and runs pytest on the tests,
+the equivalent offline command runs instead (the tests' virtualenv's pytest, ``-rA``), and ``Grade.offline`` says
+so; otherwise the script runs as it is. Harbor: the number in ``reward.txt``
 (or ``reward.json``'s ``reward``) is the outcome; TB1 and offline runs: the fraction of tests passed, from the
 ``-rA`` summary. Tests that run past their timeout, write no reward, report no test, or need the network are an
 :class:`~claw_envs.core.InfraFailure` naming why.
@@ -36,9 +38,10 @@ _SUMMARY = re.compile(r"^=+ short test summary info =+$", re.M)
 _RESULT_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED) (\S+)", re.M)
 _NETWORK = re.compile(r"Could not resolve host|Temporary failure in name resolution|Network is unreachable", re.I)
 _INSTALL = re.compile(
-    r"^(?:sudo )?(?:apt-get|apt|apk|yum|dnf|curl|wget|pip3?|python3? -m pip|source|\.|export PATH=)\b"
+    r"^(?:sudo )?(?:apt-get|apt|apk|yum|dnf|curl|wget|pip3?|python3? -m (?:pip|venv)|source|\.|export PATH=)(?:\s|$)"
     r"|^uv (?:venv|pip|init|add|sync|python install)\b"
 )
+_SOURCED = re.compile(r"^(?:source|\.|bash|sh)\s+(?:\$\{?TEST_DIR\}?|/tests)/([\w.-]+)\s*$")
 _BENIGN = re.compile(r"^(?:set [-+]\w+|cd |echo |if |then|else|fi|exit\b|mkdir |\w+=\S*$)")
 _PYTEST = re.compile(r"(?:^|\s)(?:python3? -m )?pytest(?:==\S+)?(?=\s|$)")
 
@@ -115,19 +118,9 @@ class Verdict:
         return cls(grade.outcome, 2.0 * grade.outcome - 1.0, score, tag, text, {"grading": grade.to_info()})
 
 
-def unsupported_problem(data: dict[str, Any]) -> str | None:
-    """Why the local backend cannot set this task up (Dockerfile lines only an image build can do), or ``None``."""
-    lines = list(data.get("unsupported", []))
-    if not lines:
-        return None
-    shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
-    return f"the task's Dockerfile needs what the local backend cannot do (use sandbox='docker'): {shown}"
-
-
-async def prepare_folder(sandbox: Sandbox, data: dict[str, Any], timeout: float) -> None:
-    """Write the Dockerfile's ``COPY``'d files into the workdir and run its honoured ``RUN`` lines there."""
-    if problem := unsupported_problem(data):
-        raise InfraFailure(problem, StepStatus.SANDBOX_FAILURE)
+async def prepare_folder(sandbox: Sandbox, data: dict[str, Any], timeout: float, env: dict[str, str]) -> None:
+    """Write the Dockerfile's ``COPY``'d files into the workdir and run its honoured ``RUN`` lines there (``env``:
+    the commands' environment, the task's virtualenv first on ``PATH``)."""
     folder = Path(data["folder"])
     executables = []
     for src, dest in data.get("copies", []):
@@ -139,13 +132,26 @@ async def prepare_folder(sandbox: Sandbox, data: dict[str, Any], timeout: float)
             await asyncio.to_thread(sandbox.write_file, inside, content)
             if os.access(path, os.X_OK) or content.startswith(b"#!"):  # an install may drop the mode, not a shebang
                 executables.append(inside)
+    for inside, text in data.get("inline_files", []):
+        await asyncio.to_thread(sandbox.write_file, inside, text)
     commands = [f"chmod +x -- {' '.join(shlex.quote(p) for p in executables)}"] if executables else []
     for command in [*commands, *data.get("setup", [])]:
-        done = await sandbox.arun(command, timeout=timeout, env=data.get("env"))
+        done = await sandbox.arun(command, timeout=timeout, env=env)
         if not done.ok:
             raise InfraFailure(
                 f"the task's setup `{command[:200]}` failed (exit {done.returncode}): {done.stderr[-500:]}"
             )
+
+
+def expand_sourced(script: str, tests: Path) -> str:
+    """``script`` with each line that sources or runs a script of the tests folder (``source $TEST_DIR/x.sh``,
+    ``bash /tests/x.sh``) replaced by that script's text (one level)."""
+    lines = []
+    for line in script.splitlines():
+        match = _SOURCED.match(line.strip())
+        path = tests / match.group(1) if match else None
+        lines.append(path.read_text(encoding="utf-8", errors="replace") if path and path.is_file() else line)
+    return "\n".join(lines) + "\n"
 
 
 def offline_command(script: str, python: str) -> str | None:
@@ -175,8 +181,20 @@ def offline_command(script: str, python: str) -> str | None:
     return f"{shlex.quote(python)} -P -m pytest -rA --color=no -p no:cacheprovider --rootdir={TESTS_INSIDE} {quoted}"
 
 
-async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float, max_chars: int = 4000) -> Grade:
-    """Run the hidden tests against the workdir as the agent left it (see the module docstring)."""
+async def grade_folder(
+    sandbox: Sandbox,
+    data: dict[str, Any],
+    *,
+    timeout: float,
+    python: str,
+    env: dict[str, str],
+    transcript: str = "",
+    max_chars: int = 4000,
+) -> Grade:
+    """Run the hidden tests against the workdir as the agent left it (see the module docstring); ``python`` and
+    ``env`` are the tests' virtualenv's interpreter and environment. A TB1 task's tests may read what the terminal
+    showed after the agent (``$TEST_DIR/post-agent.txt``, which TB1's harness captures): ``transcript``, the
+    episode's commands and their outputs."""
     folder = Path(data["folder"])
     try:
         tests = sandbox.host_folder("tests")
@@ -186,12 +204,16 @@ async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float
     await asyncio.to_thread(_copy_tests, folder / data["tests"], tests)
     script_path = folder / data["test_script"]
     script_name = script_path.name
-    if not (tests / script_name).exists():
-        shutil.copy2(script_path, tests / script_name)
-        (tests / script_name).chmod(0o755)
-    offline = offline_command(script_path.read_text(encoding="utf-8", errors="replace"), sandbox.python)
+    for path in [script_path, *(folder / h for h in data.get("test_helpers", []))]:
+        if not (tests / path.name).exists():
+            shutil.copy2(path, tests / path.name)
+            (tests / path.name).chmod(0o755)
+    if data["format"] == "tb1":
+        (tests / "post-agent.txt").write_text(transcript, encoding="utf-8")
+    script = expand_sourced(script_path.read_text(encoding="utf-8", errors="replace"), tests)
+    offline = offline_command(script, python)
     command = offline or f"bash {TESTS_INSIDE}/{script_name}"
-    env = {**data.get("env", {}), "TEST_DIR": TESTS_INSIDE, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**env, "TEST_DIR": TESTS_INSIDE}
     binds = [Bind(str(tests), TESTS_INSIDE), Bind(str(logs), LOGS_INSIDE, writable=True)]
     done = await sandbox.arun(command, timeout=timeout, env=env, binds=binds)
     output = (done.stdout + done.stderr)[-max_chars:]
@@ -212,6 +234,11 @@ async def grade_folder(sandbox: Sandbox, data: dict[str, Any], *, timeout: float
     passed = sum(v in ("PASSED", "XFAIL") for v in counted.values())
     note = f"the test script only installs a test runner and runs pytest; ran `{command}` instead" if offline else None
     return Grade(passed / len(counted), results, "pytest", note, output)
+
+
+def network_line(output: str) -> str | None:
+    """The first line of ``output`` saying a host could not be reached (a command needed the network), or ``None``."""
+    return next((line.strip()[:200] for line in output.splitlines() if _NETWORK.search(line)), None)
 
 
 def pytest_results(output: str) -> dict[str, str]:

@@ -14,7 +14,8 @@ split into train and test by a hash of their id, so a task never moves between s
 
 A **task folder** (Harbor or Terminal-Bench 1 layout, read by :mod:`.folders`) is graded by its hidden tests
 instead of a ``check``; its id is the folder's name. ``load_tasks`` takes a JSONL file, one task folder, or a
-folder of task folders; some built-in tasks ship as Harbor folders in ``task_folders/``.
+folder of task folders and datasets of them (ids ``<dataset>/<task>``); some built-in tasks ship as Harbor folders
+in ``task_folders/``.
 """
 
 from __future__ import annotations
@@ -319,18 +320,40 @@ def load_tasks(path: str | Path, *, split: str = "test") -> TaskList:
 
 
 def load_folders(path: Path, *, split: str = "test") -> TaskList:
-    """One task folder, or every task folder directly inside ``path`` (sorted by name; hidden entries skipped)."""
+    """One task folder, or every task folder inside ``path`` (sorted; hidden entries skipped). An entry that is a
+    dataset rather than a task folder — a folder of task folders, or one with them in ``tasks/`` (TB1's layout) —
+    adds its tasks with ids ``<dataset>/<task>``."""
     if is_task_folder(path):
         return TaskList([Task(path.resolve().name, split, read_folder(path))], split)
-    entries = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-    strays = [p.name for p in entries if not is_task_folder(p)]
+    found: list[tuple[str, Path]] = []
+    strays = []
+    for entry in _subfolders(path):
+        if is_task_folder(entry):
+            found.append((entry.name, entry))
+        elif inner := _dataset(entry):
+            found += [(f"{entry.name}/{task.name}", task) for task in inner]
+        else:
+            strays.append(entry.name)
     if strays:
         raise ValueError(
             f"{path}: {', '.join(strays[:5])}: not task folders (no task.toml, task.yaml or instruction.md)"
         )
-    if not entries:
+    if not found:
         raise ValueError(f"{path}: no task folders in it (and it is not one)")
-    return TaskList([Task(p.name, split, read_folder(p)) for p in entries], split)
+    return TaskList([Task(task_id, split, read_folder(folder)) for task_id, folder in found], split)
+
+
+def _subfolders(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
+
+
+def _dataset(path: Path) -> list[Path] | None:
+    """The task folders of a dataset folder (directly inside it, or inside its ``tasks/``), or ``None``."""
+    for inner in (path / "tasks", path):
+        folders = _subfolders(inner) if inner.is_dir() else []
+        if folders and all(is_task_folder(p) for p in folders):
+            return folders
+    return None
 
 
 def validate(data: Mapping[str, Any]) -> str | None:

@@ -43,7 +43,7 @@ import numpy as np
 
 from claw_envs.core import ClawEnv, Evaluative, Message, NextState, Opening, Transition, bad_action, step_history
 from claw_envs.sandbox.episode import EpisodeSandbox
-from claw_envs.tasks import Task, TaskSource
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 from claw_envs.toolcall.actions import (
     MAX_ACTION_CHARS,
     MAX_JSON_DEPTH,
@@ -56,7 +56,7 @@ from claw_envs.toolcall.actions import (
 )
 from claw_envs.toolcall.boxed import last_boxed
 from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, MathVerifier, grade_answer
-from claw_envs.toolcall.tasks import builtin_tasks, load_dataset, make_arithmetic
+from claw_envs.toolcall.tasks import builtin_tasks, make_arithmetic
 from claw_envs.toolcall.tools import TOOLS, ToolOutput, run_python
 
 SYSTEM_PROMPT = """\
@@ -88,8 +88,8 @@ TOOL_SPECS = [tool.spec() for tool in TOOLS.values()]
 class ToolCallEnv(ClawEnv):
     """Math with a sandboxed Python tool; see the module docstring for the signals.
 
-    ``dataset`` names the tasks (``aime2024``, ``gsm8k``, ``dapo-math``, ``builtin``, or a JSONL/parquet
-    path, see :mod:`.datasets`); by default the built-in procedural set. ``sandbox``/``sandbox_options``
+    ``tasks`` names the tasks (``aime2024``, ``gsm8k``, ``dapo-math``, ``builtin``, a JSONL/parquet path, see
+    :mod:`.tasks`, or a task source); by default the built-in procedural set. ``sandbox``/``sandbox_options``
     go to ``claw_envs.sandbox.make_sandbox``; ``tool_timeout`` limits each call, ``max_output_chars`` what
     the model sees of its output. ``max_calls_per_turn`` and ``turn_time_budget`` (default ``2 * tool_timeout``)
     bound one turn's tool use; the class attributes below bound what is read.
@@ -109,12 +109,11 @@ class ToolCallEnv(ClawEnv):
 
     def __init__(
         self,
-        tasks: TaskSource | None = None,
+        tasks: TaskSourceLike = None,
         *,
         split: str = "train",
         max_turns: int | None = None,
         render_mode: str | None = None,
-        dataset: str | None = None,
         sandbox: str = "local",
         sandbox_options: Mapping[str, Any] | None = None,
         tool_timeout: float = 10.0,
@@ -124,8 +123,6 @@ class ToolCallEnv(ClawEnv):
         max_calls_per_turn: int | None = None,
         turn_time_budget: float | None = None,
     ):
-        if tasks is None and dataset is not None:
-            tasks = load_dataset(dataset, split=split)
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self.sandbox = EpisodeSandbox(sandbox, sandbox_options)
         self.tool_timeout = tool_timeout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -10,12 +12,34 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 if TYPE_CHECKING:
+    from claw_envs.check import TaskCheck
     from judges import Judgement
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="List, try and judge claw environments."
 )
 console = Console()
+UsageError = typer.BadParameter.__mro__[1]  # click's UsageError, from wherever this typer takes click
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``claw-envs``; a usage error or a value it refuses (an unknown env, a bad ``--tasks``) is one line on
+    stderr, ``claw-envs <command>: <what is wrong>``, with exit status 2, as ``claw-train`` says them."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:  # the command list, as `claw-envs --help` prints it, and the usage error's status
+        app(args=["--help"], prog_name="claw-envs", standalone_mode=False)
+        return 2
+    try:
+        return int(app(args=args, prog_name="claw-envs", standalone_mode=False) or 0)
+    except UsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "claw-envs"
+        hint = err.param_hint if isinstance(err, typer.BadParameter) and isinstance(err.param_hint, str) else None
+        message = f"{hint}: {err.message}" if hint else err.format_message()
+        print(f"{where}: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+    except typer.Abort:
+        print("claw-envs: aborted", file=sys.stderr)
+        return 1
 
 
 @app.command("list")
@@ -54,8 +78,12 @@ def demo(
 
     import claw_envs
 
-    for env_id in env or claw_envs.env_ids():
-        env_obj = gym.make(claw_envs.resolve_id(env_id)).unwrapped
+    try:
+        env_ids = [claw_envs.resolve_id(name) for name in env] if env else claw_envs.env_ids()
+    except KeyError as err:
+        raise typer.BadParameter(str(err.args[0]), param_hint="--env") from None
+    for env_id in env_ids:
+        env_obj = gym.make(env_id).unwrapped
         try:
             obs, info = env_obj.reset(seed=seed)
             console.rule(f"[bold]{env_id}[/bold]  task {info['task_id']}")
@@ -81,7 +109,7 @@ def check(
     env: Annotated[str, typer.Argument(help="Family name or env id, e.g. terminal or claw/SWE-v0.")],
     tasks: Annotated[
         str | None,
-        typer.Option("--tasks", "--dataset", help="Tasks to check instead of the built-in ones (file, folder, id)."),
+        typer.Option("--tasks", help="Tasks to check instead of the built-in ones (file, folder, id)."),
     ] = None,
     split: Annotated[str, typer.Option(help="train | test | all.")] = "all",
     repos: Annotated[
@@ -92,14 +120,14 @@ def check(
     ] = None,
     jobs: Annotated[int, typer.Option(min=1, help="Envs checking tasks at once.")] = 1,
 ) -> None:
-    """Check every task: its oracle solution must solve it and doing nothing must not; exit 1 naming the
-    tasks that fail and why."""
+    """Check every task once: its oracle solution must solve it and doing nothing must not; exit 1 naming the
+    tasks that fail and why. A task that passes with an approximate environment is listed apart."""
     import asyncio
 
     import gymnasium as gym
 
     import claw_envs
-    from claw_envs.check import TaskCheck, check_env
+    from claw_envs.check import check_env
     from claw_train.config import ConfigError, yaml_values
     from claw_train.families import spec_for, tasks_for
     from claw_train.progress import Progress
@@ -116,11 +144,20 @@ def check(
         spec = spec_for(env)
         sources = [tasks_for(spec, tasks, name) for name in (("train", "test") if split == "all" else (split,))]
     except ConfigError as err:
-        raise typer.BadParameter(str(err), param_hint="ENV/--tasks") from None
+        raise UsageError(str(err)) from None
     results: list[TaskCheck] = []
+    seen: set[tuple[str, str]] = set()
+    todo: list[tuple[claw_envs.TaskSource, list[str]]] = []
+    for source in sources:  # one task in both splits (a folder read as train and as test) is checked once
+        ids = []
+        for task in source:
+            if (task.id, task.hash) not in seen:
+                seen.add((task.id, task.hash))
+                ids.append(task.id)
+        if ids:
+            todo.append((source, ids))
 
-    async def run_split(source: claw_envs.TaskSource, bar: Progress) -> None:
-        ids = [task.id for task in source]
+    async def run_split(source: claw_envs.TaskSource, ids: list[str], bar: Progress) -> None:
         envs = [gym.make(spec.env_id, tasks=source, split=source.split, **kwargs).unwrapped for _ in range(jobs)]
 
         def done(result: TaskCheck) -> None:
@@ -133,17 +170,18 @@ def check(
             for e in envs:
                 await e.aclose()
 
-    with Progress(f"checking {spec.name} tasks", sum(len(s) for s in sources)) as bar:
-        for source in sources:
-            asyncio.run(run_split(source, bar))
-    table = Table("task", "oracle", "null", "s", "verdict")
-    for r in results:
-        null = "—" if r.null is None else str(r.null.outcome)
-        verdict = "[green]ok[/green]" if r.problem is None else f"[red]{escape(r.problem[:300])}[/red]"
-        table.add_row(r.task_id, str(r.oracle.outcome), null, f"{r.seconds:.1f}", verdict)
-    console.print(table)
+    with Progress(f"checking {spec.name} tasks", sum(len(ids) for _, ids in todo)) as bar:
+        for source, ids in todo:
+            asyncio.run(run_split(source, ids, bar))
+    _print_checks(results)
     failed = [r for r in results if r.problem is not None]
+    approximate = [r for r in results if r.problem is None and r.approximate]
     console.print(f"{len(results) - len(failed)} of {len(results)} {spec.name} tasks pass the check.")
+    if approximate:
+        console.print(
+            f"{len(results) - len(failed) - len(approximate)} passed cleanly; {len(approximate)} ran with an "
+            f"approximate environment: {escape(', '.join(r.task_id for r in approximate))}"
+        )
     if failed:
         console.print(f"[red]failing:[/red] {escape(', '.join(r.task_id for r in failed))}")
         raise typer.Exit(1)
@@ -225,6 +263,28 @@ def judge(
                 await policy_obj.aclose()
 
     asyncio.run(episode())
+
+
+def _print_checks(results: list[TaskCheck]) -> None:
+    """One row per checked task: a table on a terminal, tab-separated lines in a pipe (ids never cut)."""
+    rows = []
+    for r in results:
+        null = "—" if r.null is None else str(r.null.outcome)
+        if r.problem is not None:
+            verdict, style = r.problem[:300], "red"
+        elif r.approximate:
+            verdict, style = "ok, approximate environment: " + "; ".join(r.oracle.approximations)[:300], "yellow"
+        else:
+            verdict, style = "ok", "green"
+        rows.append((r.task_id, str(r.oracle.outcome), null, f"{r.seconds:.1f}", verdict, style))
+    if not console.is_terminal:
+        for row in rows:
+            print("\t".join(row[:-1]))
+        return
+    table = Table("task", "oracle", "null", "s", "verdict")
+    for *cells, verdict, style in rows:
+        table.add_row(*cells, f"[{style}]{escape(verdict)}[/{style}]")
+    console.print(table)
 
 
 def _print_judgement(verdict: Judgement) -> None:

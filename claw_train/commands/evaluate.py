@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from claw_train.config import ConfigError, EvalArgs, parse, resolve
+from claw_train.argv import parse
+from claw_train.config import ConfigError, EvalArgs, resolve
 from claw_train.progress import Progress
 
 EXAMPLES = """\
@@ -70,9 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _sessions(args: EvalArgs, console: Console) -> int:
     """``--sessions RUN_DIR``: the hint check of a served run (:mod:`claw_train.evaluation.sessions`)."""
+    from claw_train.checkpoints import read_json
     from claw_train.evaluation.sessions import SessionsError, check_sessions, report_lines
     from claw_train.families import spec_for
-    from claw_train.pipeline.rundir import read_json
     from claw_train.policy.base import PolicyError
 
     run_dir = Path(args.sessions)

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from claw_train.config import ConfigError, ServeArgs, parse, resolve
+from claw_train.argv import parse
+from claw_train.config import ConfigError, ServeArgs, resolve
 
 HELP = """\
 claw-serve: an OpenAI-compatible server (POST /v1/chat/completions, GET /v1/models, /healthz, /metrics) in front
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from claw_train.policy.base import PolicyError
     from claw_train.replay import replay_rows
     from claw_train.serve import serve
-    from claw_train.serve.server import API_KEY_ENV, api_key, check_bind
+    from claw_train.serve.app import API_KEY_ENV, api_key, check_bind
     from claw_train.trainer_options import trainer_extras
 
     hf_logging.disable_progress_bar()

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from claw_train.config import ConfigError, TrainArgs, parse, resolve
+from claw_train.argv import parse
+from claw_train.config import ConfigError, TrainArgs, resolve
 
 EXAMPLES = """\
 examples:

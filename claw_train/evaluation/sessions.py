@@ -75,8 +75,8 @@ def _last_user(rendered: str) -> str:
 
 async def check_sessions(run_dir: Path, spec: FamilySpec, *, max_new_tokens: int, seed: int = 0) -> dict[str, Any]:
     """Run the check on ``run_dir``; returns the report (also written to ``RUN_DIR/sessions_check.json``)."""
+    from claw_train.checkpoints import last_checkpoint, read_json
     from claw_train.config import yaml_values
-    from claw_train.pipeline.rundir import last_checkpoint, read_json
     from claw_train.policy.loader import load_policy, resolve_model
     from judges import PRMJudge, make_backend
 

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 from claw_train.pipeline.rundir import RunError
 
 if TYPE_CHECKING:
-    from claw_envs.pool import EnvPool
     from claw_train.config import RolloutConfig
-    from claw_train.pipeline.core import Pipeline
-    from claw_train.pipeline.workers import RolloutWorkers
+    from claw_train.pipeline.episodes import EpisodeRunner
+    from claw_train.policy.base import Policy
 
 PROBE_TIMEOUT = 5.0
 ACTOR_OPTIONS = ("num_cpus", "num_gpus", "memory")
@@ -98,41 +97,44 @@ def join_cluster(rollout: RolloutConfig) -> None:
     connect(rollout.ray_address)
 
 
-def worker_policy(p: Pipeline) -> dict[str, Any] | None:
+def worker_policy(
+    policy: Policy, rollout: RolloutConfig, *, model: str, family: str, retries: int
+) -> dict[str, Any] | None:
     """``load_policy``'s arguments for rollout workers on the Ray cluster: with ``--ray-address`` and a policy they
     can reach from their own processes (SGLang servers), else ``None`` (the agents stay in the trainer's process)."""
     from claw_train.policy.sglang import SGLangPolicy
 
-    inner = p.policy.inner
-    if p.rollout.ray_address is None or not isinstance(inner, SGLangPolicy):
+    if rollout.ray_address is None or not isinstance(policy, SGLangPolicy):
         return None
     return {
-        "model": p.run_cfg.model,
-        "policy": "sglang://" + ",".join(url.split("://", 1)[-1] for url in inner.urls),
-        "family": p.spec.name,
-        "tokenizer_path": inner.tokenizer_path,
-        "retries": p.training.policy_retries,
+        "model": model,
+        "policy": "sglang://" + ",".join(url.split("://", 1)[-1] for url in policy.urls),
+        "family": family,
+        "tokenizer_path": policy.tokenizer_path,
+        "retries": retries,
     }
 
 
-def rollout_pool(
+def episode_runner(
     env_id: str,
     size: int,
     env_kwargs: dict[str, Any],
     rollout: RolloutConfig,
+    policy: Policy,
     worker_policy: Mapping[str, Any] | None = None,
-) -> EnvPool | RolloutWorkers:
-    """Where the run's episodes play: an env pool in this process, env actors on ``--ray-address``'s cluster, or
-    rollout workers there when ``worker_policy`` (``load_policy``'s arguments for their clients) is given."""
+) -> EpisodeRunner:
+    """Where the run's episodes play: an env pool in this process, env actors on ``--ray-address``'s cluster (both
+    played by ``policy`` here), or rollout workers there when ``worker_policy`` (``load_policy``'s arguments for
+    their clients) is given."""
     from claw_envs.pool import EnvPool
+    from claw_train.pipeline.episodes import LocalEpisodes
 
     if rollout.ray_address is None:
-        return EnvPool(env_id, size, env_kwargs=env_kwargs)
+        return LocalEpisodes(EnvPool(env_id, size, env_kwargs=env_kwargs), policy)
     options = actor_options(rollout.ray_resources)
     if worker_policy is not None:
         from claw_train.pipeline.workers import RolloutWorkers
 
         return RolloutWorkers(env_id, size, env_kwargs=env_kwargs, policy=worker_policy, actor_options=options)
-    pool = EnvPool(env_id, size, env_kwargs=env_kwargs, backend="ray")
-    pool.ray_actor_options = options
-    return pool
+    pool = EnvPool(env_id, size, env_kwargs=env_kwargs, backend="ray", ray_actor_options=options)
+    return LocalEpisodes(pool, policy)

@@ -8,18 +8,14 @@ that fails before training tells them why (:meth:`RankLink.turn_away`), so they 
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from claw_train.config import as_flat_dict
 from claw_train.distributed import Ranks, RanksDisagree, join, sharded_weights, world_size
 from claw_train.pipeline.rundir import RunError
-
-if TYPE_CHECKING:
-    from claw_train.pipeline.core import Pipeline, PipelineResult
 
 
 def refuse_sharded_weights() -> None:
@@ -32,6 +28,16 @@ def refuse_sharded_weights() -> None:
         )
 
 
+@dataclass(frozen=True)
+class Word:
+    """What rank 0 tells the other ranks before training: the model and checkpoint to build the trainer from, or
+    why it stopped before training (``error``)."""
+
+    model_path: str | None = None
+    resume_from: Path | None = None
+    error: str | None = None
+
+
 class RankLink:
     """A pipeline's link to the launcher's other processes (``ranks`` is None when it runs alone)."""
 
@@ -40,26 +46,28 @@ class RankLink:
         self._told = False
         self._lock = threading.Lock()  # go (trainer thread) and turn_away (event loop) must not both send
 
-    async def join(self, p: Pipeline) -> PipelineResult | None:
-        """Join the other processes and check they run the same options; on another rank, its whole run (it
-        trains on its share of rank 0's samples). None on rank 0 or alone."""
+    @property
+    def follower(self) -> bool:
+        """Whether this process is another rank than 0 (it follows rank 0's run)."""
+        return self.ranks is not None and not self.ranks.main
+
+    def join(self, options: Mapping[str, Any], samples_per_step: int, say: Callable[[str], None]) -> None:
+        """Join the other processes (blocking; nothing when alone) and check they run the same ``options``."""
         refuse_sharded_weights()
         if world_size() == 1:
-            return None
+            return
         try:
-            self.ranks = await asyncio.to_thread(join)
-            await asyncio.to_thread(self.ranks.check_same, as_flat_dict(p.args))
+            self.ranks = join()
+            self.ranks.check_same(dict(options))
         except RanksDisagree as err:
             raise RunError(str(err)) from None
-        if p.training.samples_per_step % self.ranks.world_size:
+        if samples_per_step % self.ranks.world_size:
             raise RunError(
-                f"--samples-per-step {p.training.samples_per_step} cannot be shared out evenly across "
+                f"--samples-per-step {samples_per_step} cannot be shared out evenly across "
                 f"{self.ranks.world_size} processes; give a multiple of {self.ranks.world_size}"
             )
         if self.ranks.main:
-            p.say(f"rank 0 of {self.ranks.world_size}: rollouts, judges, logs and checkpoints run here")
-            return None
-        return await asyncio.to_thread(self._follow, p)
+            say(f"rank 0 of {self.ranks.world_size}: rollouts, judges, logs and checkpoints run here")
 
     def go(self, model_path: str | None, resume_from: Path | None) -> None:
         """Rank 0: tell the other ranks to build the trainer from ``model_path`` (and ``resume_from``)."""
@@ -75,27 +83,10 @@ class RankLink:
                 self._told = True
                 self.ranks.share({"error": message})
 
-    def _follow(self, p: Pipeline) -> PipelineResult:
-        """Another rank's run: wait for rank 0's word, then train on this rank's share of each step."""
-        from claw_train.pipeline.core import PipelineResult
-
-        started = time.monotonic()
-        rank = self.ranks.rank
+    def await_word(self) -> Word:
+        """Another rank: wait (blocking) for rank 0's :meth:`go` or :meth:`turn_away`."""
+        assert self.ranks is not None, "only a rank of several waits for rank 0"
         word: dict[str, Any] = self.ranks.share()
         if "error" in word:
-            status, message = "error", f"rank 0 stopped before training: {word['error']}"
-        else:
-            p.model_path = word["model_path"]
-            p.stats.status = f"rank {rank}: training on its share of rank 0's samples"
-            resume_from = Path(word["resume_from"]) if word["resume_from"] else None
-            status, message = p.trainer_thread.follow(resume_from)
-        return PipelineResult(
-            status=status,
-            message=f"rank {rank}: {message}",
-            updates=p.trainer_step(),
-            wall_time=time.monotonic() - started,
-            evals=[],
-            counters={},
-            output_dir=p.out,
-            checkpoint=p.trainer_thread.checkpoint,
-        )
+            return Word(error=word["error"])
+        return Word(word["model_path"], Path(word["resume_from"]) if word["resume_from"] else None)

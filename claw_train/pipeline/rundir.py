@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from claw_train.checkpoints import checkpoint_step, last_checkpoint, read_json
 from claw_train.logs import Ledger, json_line, read_jsonl
 
 IDENTITY = ("env", "method", "model", "lora")
@@ -67,20 +68,4 @@ class RunDir:
         (self.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
-def last_checkpoint(root: Path) -> Path | None:
-    """The newest complete checkpoint under ``root`` (one a kill interrupted mid-save has no trainer state)."""
-    done = [p for p in root.glob("checkpoint-*") if p.name[11:].isdigit() and read_json(p / "trainer_state.json")]
-    return max(done, key=checkpoint_step, default=None)
-
-
-def checkpoint_step(path: Path) -> int:
-    """The update a checkpoint directory was taken after."""
-    return int(path.name.rsplit("-", 1)[-1])
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON in ``path`` (``None`` when it is missing or unreadable)."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+__all__ = ["IDENTITY", "RunDir", "RunError", "checkpoint_step", "last_checkpoint"]

@@ -10,7 +10,7 @@ cannot see a turn before the episode ends. An actor that dies (its node left, or
 episode, counted as an infrastructure failure, and the next episode starts a new one.
 
 With the in-process policy the model lives in the trainer's process, so the agents that call it stay there too
-and only the envs are Ray actors (:func:`~claw_train.pipeline.cluster.rollout_pool`).
+and only the envs are Ray actors (:func:`~claw_train.pipeline.cluster.episode_runner`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from gymnasium.envs.registration import EnvSpec
 
 from claw_envs.core import StepStatus
 from claw_train.pipeline.budget import InFlightBudget
-from claw_train.pipeline.episodes import Emit, EpisodeReport, play_episode
+from claw_train.pipeline.episodes import Emit, EpisodeReport, LocalEpisodes
 from claw_train.policy.base import SamplingParams
 from claw_train.records import TurnRecord
 
@@ -50,8 +50,8 @@ def _actor_class() -> Any:
             from claw_train.policy.loader import load_policy
 
             gym.registry.setdefault(spec.id, spec)  # an env registered only in the trainer's process
-            self.pool = EnvPool(spec.id, 1, env_kwargs=dict(env_kwargs), **timeouts)
             self.policy = GuardedPolicy(load_policy(progress=False, **policy))
+            self.episodes = LocalEpisodes(EnvPool(spec.id, 1, env_kwargs=dict(env_kwargs), **timeouts), self.policy)
 
         async def play(
             self, sampling: SamplingParams, seed: int, options: dict | None, group_id: str
@@ -61,13 +61,13 @@ def _actor_class() -> Any:
             async def collect(turn: TurnRecord) -> None:
                 turns.append(turn)
 
-            report = await play_episode(
-                self.pool, self.policy, sampling, seed=seed, options=options, group_id=group_id, emit=collect
+            report = await self.episodes.play_episode(
+                sampling, seed=seed, options=options, group_id=group_id, emit=collect
             )
             return report, turns
 
         async def close(self) -> None:
-            await self.pool.aclose()
+            await self.episodes.aclose()
             await self.policy.inner.aclose()
 
     return ray.remote(RolloutWorker)
@@ -107,7 +107,7 @@ class RolloutWorkers:
         actor_cls = _actor_class().options(**self.actor_options)
         return actor_cls.remote(self.spec, self.env_kwargs, self.policy, self.timeouts)
 
-    async def play(
+    async def play_episode(
         self,
         sampling: SamplingParams,
         *,
@@ -118,19 +118,19 @@ class RolloutWorkers:
         budget: InFlightBudget | None = None,
     ) -> EpisodeReport:
         """One episode on a worker actor; its turns go to ``emit`` when it ends. With a ``budget`` (a lone episode)
-        the episode's whole allotment of in-flight slots is taken first and the unused ones given back."""
-        slots = await budget.take_allotment() if budget is not None else 0
-        played = 0
+        the episode's whole allotment of in-flight slots is taken first, one handed to each turn, the rest given
+        back."""
+        allotment = await budget.take_allotment() if budget is not None else None
         try:
             async with self._slots:
                 report, turns = await self._on_actor(sampling, seed, options, group_id)
             for turn in turns:
-                played += 1
+                turn.hold(allotment.slot() if allotment is not None else None)
                 await emit(turn)
             return report
         finally:
-            if budget is not None:
-                budget.free(slots - played)
+            if allotment is not None:
+                allotment.close()
 
     async def _on_actor(
         self, sampling: SamplingParams, seed: int, options: dict[str, Any] | None, group_id: str

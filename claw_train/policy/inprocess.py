@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import functools
 import inspect
 import os
 import queue
@@ -25,7 +26,8 @@ from typing import Any
 
 from claw_train.policy.base import Completion, Message, Policy, PolicyError, SamplingParams
 from claw_train.policy.hf import load_causal_lm, load_into, load_tokenizer, read_weights
-from claw_train.policy.streaming import OnToken, TextStream, notify, stream_tokens
+from claw_train.policy.render import render_prompt
+from claw_train.policy.streaming import OnToken, TextStream, stream_tokens
 
 
 @dataclass
@@ -34,6 +36,15 @@ class _Generate:
     sampling: SamplingParams
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     on_token: OnToken | None = None  # called in the worker thread with each sampled token
+
+    def emit(self, token: int) -> None:
+        """Hand a sampled token to ``on_token``; a failing callback ends this stream, never the batch."""
+        if self.on_token is None:
+            return
+        try:
+            self.on_token(token)
+        except Exception:
+            self.on_token = None
 
 
 @dataclass
@@ -122,17 +133,24 @@ class InProcessPolicy(Policy):
         self, prompt: Sequence[Message] | Sequence[int], sampling: SamplingParams, *, tools: Any = None
     ) -> AsyncIterator[str | Completion]:
         """:meth:`generate`, yielding each token's text as the worker samples it, then the :class:`Completion`."""
-        request = self._request(prompt, sampling, tools)
-        async for item in stream_tokens(request, self._enqueue, TextStream(self.tokenizer, self.eos_ids)):
+        text = TextStream(self.tokenizer, self.eos_ids)
+        make = functools.partial(self._request, prompt, sampling, tools)
+        async for item in stream_tokens(make, self._enqueue, text):
             yield item
 
-    def _request(self, prompt: Sequence[Message] | Sequence[int], sampling: SamplingParams, tools: Any) -> _Generate:
+    def _request(
+        self,
+        prompt: Sequence[Message] | Sequence[int],
+        sampling: SamplingParams,
+        tools: Any,
+        on_token: OnToken | None = None,
+    ) -> _Generate:
         ids = self.prompt_ids(prompt, tools=tools)
         _check_sampling(sampling)
         self._check_ids(ids, "prompt")
         if len(ids) >= self.max_positions:
             raise PolicyError(f"prompt has {len(ids)} tokens; the model's context is {self.max_positions}")
-        return _Generate(ids, sampling)
+        return _Generate(ids, sampling, on_token=on_token)
 
     async def logprobs(
         self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0
@@ -320,8 +338,7 @@ class InProcessPolicy(Policy):
                 tok, lp = _sample(logits[i], r.sampling, gens[i])
                 out_ids[i].append(tok)
                 out_lps[i].append(lp)
-                if r.on_token is not None:
-                    notify(r, tok)
+                r.emit(tok)
                 if tok in eos or (r.sampling.stop and self._hits_stop(out_ids[i], r.sampling.stop)):
                     finish[i], done[i] = "stop", True
                 elif len(out_ids[i]) >= budgets[i]:
@@ -410,28 +427,6 @@ def _check_sampling(s: SamplingParams) -> None:
 
 
 # -- loading ---------------------------------------------------------------------------------
-
-
-def render_prompt(
-    tokenizer: Any, prompt: Sequence[Message] | Sequence[int], *, tools: Sequence[Mapping[str, Any]] | None = None
-) -> list[int]:
-    """Exact ids as given, or chat messages rendered by the tokenizer's template with the generation prompt."""
-    items = list(prompt)
-    if not items:
-        raise PolicyError("empty prompt")
-    if all(isinstance(t, int) for t in items):
-        return [int(t) for t in items]
-    if not all(isinstance(m, Mapping) and "role" in m for m in items):
-        raise PolicyError("prompt must be a list of token ids or a list of chat messages with a 'role'")
-    if not getattr(tokenizer, "chat_template", None):
-        raise PolicyError("this tokenizer has no chat template; pass prompt token ids instead of messages")
-    try:
-        text = tokenizer.apply_chat_template(
-            [dict(m) for m in items], tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False
-        )
-    except Exception as err:
-        raise PolicyError(f"chat template failed on these messages: {err}") from err
-    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def _cache_of(out: Any) -> Any:

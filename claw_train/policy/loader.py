@@ -44,7 +44,7 @@ def resolve_model(
         raise PolicyError("model is empty; use 'tiny', a Hugging Face id (org/name) or a local directory")
     run_dir = Path(model).expanduser()
     if (run_dir / "run.json").is_file() and (run_dir / "checkpoints").is_dir():  # a claw-train run folder
-        from claw_train.pipeline.rundir import last_checkpoint
+        from claw_train.checkpoints import last_checkpoint
 
         last = last_checkpoint(run_dir / "checkpoints")
         if last is None:

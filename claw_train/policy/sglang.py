@@ -75,7 +75,7 @@ class SGLangPolicy(Policy):
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Completion:
         """``/generate`` with ``input_ids`` and ``return_logprob``; the next server in turn answers."""
-        from claw_train.policy.inprocess import render_prompt
+        from claw_train.policy.render import render_prompt
 
         ids = render_prompt(self.tokenizer, prompt, tools=tools)
         payload = {"input_ids": ids, "sampling_params": sampling_params(sampling), "return_logprob": True}

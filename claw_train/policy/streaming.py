@@ -40,20 +40,12 @@ class TextStream:
         return text[len(sent) :]
 
 
-def notify(request: Any, token: int) -> None:
-    """Hand a sampled token to ``request.on_token``; a failing callback ends that stream, never the batch."""
-    try:
-        request.on_token(token)
-    except Exception:
-        request.on_token = None
-
-
 async def stream_tokens(
-    request: Any, submit: Callable[[Any], None], text: TextStream
+    make: Callable[[OnToken], Any], submit: Callable[[Any], None], text: TextStream
 ) -> AsyncIterator[str | Completion]:
-    """Yield the text of a generation as it is sampled, then its :class:`Completion`: ``submit(request)`` hands the
-    request to the worker, which calls ``request.on_token`` with each token and resolves ``request.future``
-    (a :class:`concurrent.futures.Future`) with the completion."""
+    """Yield the text of a generation as it is sampled, then its :class:`Completion`: ``make(on_token)`` builds the
+    request, ``submit(request)`` hands it to the worker, which calls ``on_token`` with each token and resolves
+    ``request.future`` (a :class:`concurrent.futures.Future`) with the completion."""
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str | None] = asyncio.Queue()
 
@@ -66,7 +58,8 @@ async def stream_tokens(
         with contextlib.suppress(RuntimeError):  # the caller's loop is gone
             loop.call_soon_threadsafe(pieces.put_nowait, None)
 
-    request.on_token, future = on_token, request.future
+    request = make(on_token)
+    future = request.future
     future.add_done_callback(finished)
     submit(request)
     sent = []

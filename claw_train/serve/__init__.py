@@ -8,11 +8,13 @@
 
 Composed from parts: the wire format (:mod:`~claw_train.serve.schema`, pure), the live sessions — a turn source of
 the same :class:`~claw_train.pipeline.Pipeline` that ``claw-train`` runs (:mod:`~claw_train.serve.sessions`) —
-and the HTTP routes and lifecycle (:mod:`~claw_train.serve.server`). Serving never waits on judging or training.
+the HTTP routes (:mod:`~claw_train.serve.app`) and the wiring that runs them with the pipeline
+(:mod:`~claw_train.serve.server`). Serving never waits on judging or training.
 """
 
+from claw_train.serve.app import create_app
 from claw_train.serve.schema import ApiError, ChatRequest, chat_response, parse_request, sse_events
-from claw_train.serve.server import create_app, serve, serve_pipeline
+from claw_train.serve.server import serve, serve_pipeline
 from claw_train.serve.sessions import LiveSessions, continues
 
 __all__ = [

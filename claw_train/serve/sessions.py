@@ -30,16 +30,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from claw_envs.spec import resolve
+from claw_train.config import ServingConfig
 from claw_train.judging import turn_record
+from claw_train.logs import VersionedLog
+from claw_train.metrics import Stats
+from claw_train.pipeline.control import RunControl
+from claw_train.pipeline.turns import TurnQueue
 from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
+from claw_train.policy.render import render_prompt
 from claw_train.records import TurnRecord
 from claw_train.rollout import EpisodeAgent, TokenTranscript
 from claw_train.serve.schema import ApiError, ChatRequest
 
 if TYPE_CHECKING:
-    from claw_train.config import ServingConfig
-    from claw_train.pipeline import Pipeline
+    from claw_envs.spec import LiveAdapter
 
 
 @dataclass
@@ -51,6 +55,22 @@ class Session:
     agent: EpisodeAgent | None = None
     emitted: int = 0
     last_seen: float = field(default_factory=time.monotonic)
+
+    def touch(self) -> None:
+        """The session was heard from now."""
+        self.last_seen = time.monotonic()
+
+    def start(self, agent: EpisodeAgent) -> None:
+        """A new transcript: ``agent`` plays the session's turns from here."""
+        self.agent, self.emitted = agent, 0
+
+    def forget(self) -> None:
+        """No transcript to continue (the next main request starts a new one)."""
+        self.agent = None
+
+    def handed_on(self, n: int) -> None:
+        """The first ``n`` turns of the transcript have gone to the judges (or the logs)."""
+        self.emitted = n
 
 
 def continues(transcript: list[dict[str, Any]], messages: list[dict[str, Any]]) -> bool:
@@ -64,58 +84,77 @@ def continues(transcript: list[dict[str, Any]], messages: list[dict[str, Any]]) 
 
 
 class LiveSessions:
-    """The sessions of one server, feeding the pipeline's judges (see the module docstring)."""
+    """The sessions of one server, feeding the pipeline's judges (see the module docstring).
 
-    def __init__(self, pipeline: Pipeline, serving: ServingConfig):
-        self.p = pipeline
+    ``policy`` is the serving backend itself (serving does not retry: a failure is a 503 to the client); ``live``
+    reads a session's new messages as the previous turn's next state (the family's ``FamilySpec.live``);
+    ``sampling`` holds the trainer's temperature and the generation budget; turns go to ``turns`` when ``train``,
+    else only to ``log``; ``snapshot`` is the run's counters (``/metrics``).
+    """
+
+    def __init__(
+        self,
+        serving: ServingConfig,
+        *,
+        policy: Policy,
+        live: LiveAdapter,
+        control: RunControl,
+        stats: Stats,
+        log: VersionedLog,
+        turns: TurnQueue,
+        sampling: SamplingParams,
+        train: bool,
+        snapshot: Callable[[], dict[str, Any]],
+    ):
         self.cfg = serving
-        if pipeline.spec.live is None:
-            raise ValueError(f"the {pipeline.spec.name!r} family cannot be served live (its spec has no 'live')")
-        self.live = resolve(pipeline.spec.live)()
+        self.serving = policy
+        self.live = live
+        self.control = control
+        self.stats = stats
+        self.log = log
+        self.turns = turns
+        self.defaults = sampling
+        self.train = train
+        self.snapshot = snapshot
         self.sessions: dict[str, Session] = {}
         self.ready = asyncio.Event()
         self._longest_token: int | None = None
 
     def start(self) -> list[asyncio.Task]:
         """The idle-session closer; marks the server ready."""
-        self.p.stats.status = "serving" if self.p.train else "serving (not training)"
+        self.stats.set_status("serving" if self.train else "serving (not training)")
         self.ready.set()
         return [asyncio.create_task(self._close_idle())]
-
-    @property
-    def serving(self) -> Any:
-        """The policy backend itself (serving does not retry: a failure is a 503 to the client)."""
-        return self.p.policy.inner
 
     async def chat(
         self, req: ChatRequest, session_id: str | None, turn_type: str, on_text: OnText | None = None
     ) -> tuple[Completion, int]:
         """Serve one request; returns the completion and its prompt length in tokens. ``on_text`` (streaming) gets
         the reply's text piece by piece while it is generated."""
-        if self.p.closed.is_set():
+        if self.control.stopping:
             raise ApiError(503, "the server is shutting down", kind="service_unavailable")
-        await self.p.served.wait()
-        self.p.stats.add("requests")
+        await self.control.served.wait()
+        self.stats.add("requests")
         if turn_type == "side" or session_id is None:
             kind = "side" if turn_type == "side" else "one_off"
-            self.p.stats.add(f"{kind}_turns")
+            self.stats.add(f"{kind}_turns")
             return await self._one_off(req, session_id, kind, on_text)
         session = self.sessions.get(session_id)
         if session is None:
             self._make_room()
             session = self.sessions[session_id] = Session(session_id)
         async with session.lock:  # main turns of one session, one at a time
-            session.last_seen = time.monotonic()
+            session.touch()
             try:
                 return await self._main_turn(session, req, on_text)
             finally:
-                session.last_seen = time.monotonic()
+                session.touch()
 
     def sampling(self, req: ChatRequest, trained: bool) -> SamplingParams:
         """Sampling for ``req``: a trained turn samples at the trainer's temperature; ``max_tokens`` is clamped."""
-        cap = self.p.rollout.max_new_tokens
+        cap = self.defaults.max_new_tokens
         tokens = min(req.max_tokens or cap, cap)
-        temperature = self.p.rollout.temperature
+        temperature = self.defaults.temperature
         if trained:
             return SamplingParams(max_new_tokens=tokens, temperature=temperature, seed=req.seed, stop=req.stop)
         return SamplingParams(
@@ -144,24 +183,19 @@ class LiveSessions:
             self._flush(session)
         else:
             self._end(session)
-            agent = EpisodeAgent(self.serving, self.p.sampling, group_id=session.id)
-            agent.transcript = await asyncio.to_thread(
-                _rendered, TokenTranscript, agent.tokenizer, req.messages, req.tools
-            )
-            agent.task_id = session.id
-            session.agent, session.emitted = agent, 0
+            agent = EpisodeAgent(self.serving, self.defaults, group_id=session.id)
+            transcript = await asyncio.to_thread(_rendered, TokenTranscript, agent.tokenizer, req.messages, req.tools)
+            agent.begin(transcript, session.id)
+            session.start(agent)
         prompt_tokens = len(agent.transcript.ids)
         self._check_length(prompt_tokens)
-        agent.sampling = self.sampling(req, trained=self.p.train)
-        if on_text is not None:
-            agent.policy = _Streaming(self.serving, on_text)
+        streaming = _Streaming(self.serving, on_text) if on_text is not None else None
+        sampling = self.sampling(req, trained=self.train)
         try:
-            await self._generate(agent(None, {"messages": req.messages}))
+            await self._generate(agent.act(None, {"messages": req.messages}, policy=streaming, sampling=sampling))
         except ApiError:
-            session.agent = None  # the transcript holds a turn the client never got: start afresh next time
+            session.forget()  # the transcript holds a turn the client never got: start afresh next time
             raise
-        finally:
-            agent.policy = self.serving
         return agent.last, prompt_tokens
 
     def _continue(self, agent: EpisodeAgent, messages: list[dict[str, Any]]) -> None:
@@ -177,15 +211,13 @@ class LiveSessions:
     async def _one_off(
         self, req: ChatRequest, session_id: str | None, kind: str, on_text: OnText | None
     ) -> tuple[Completion, int]:
-        from claw_train.policy.inprocess import render_prompt
-
         self._check_chars(req)
         ids = await asyncio.to_thread(_rendered, render_prompt, self.serving.tokenizer, req.messages, tools=req.tools)
         self._check_length(len(ids))
         sampling = self.sampling(req, trained=False)
         policy = self.serving if on_text is None else _Streaming(self.serving, on_text)
         completion = await self._generate(policy.generate(ids, sampling))
-        self.p.log.write(
+        self.log.write(
             completion.policy_version,
             {
                 "kind": kind,
@@ -225,10 +257,10 @@ class LiveSessions:
         try:
             return await asyncio.wait_for(call, timeout)
         except TimeoutError:
-            self.p.stats.add("policy_timeouts")
+            self.stats.add("policy_timeouts")
             raise ApiError(503, f"the policy did not answer within {timeout:g} s", kind="service_unavailable") from None
         except PolicyError as err:
-            self.p.stats.add("policy_errors")
+            self.stats.add("policy_errors")
             raise ApiError(503, f"the policy failed: {err}", kind="service_unavailable") from None
 
     # -- turns to the judges ----------------------------------------------------------------
@@ -242,27 +274,23 @@ class LiveSessions:
             turn.info.setdefault("tools", agent.transcript.tools if agent.transcript else None)
             turn.info["session"] = session.id
             self._hand_over(turn)
-        session.emitted = len(agent.turns)
+        session.handed_on(len(agent.turns))
 
     def _hand_over(self, turn: TurnRecord) -> None:
-        if not self.p.train:
-            record = turn_record(turn, None, None, "not_training", None, tokenizer=self.serving.tokenizer)
-            self.p.log.write(turn.policy_version, record)
-            return
-        self.p.stats.add("turns")
-        try:
-            self.p.turn_q.put_nowait(turn)
-        except asyncio.QueueFull:  # the judges are behind: serving does not wait for them
-            self.p.stats.mask("judge_backlog")
-            record = turn_record(turn, None, None, "judge_backlog", None, tokenizer=self.serving.tokenizer)
-            self.p.log.write(turn.policy_version, record)
+        reason = "not_training" if not self.train else None
+        if reason is None and not self.turns.offer(turn):  # the judges are behind: serving does not wait for them
+            self.stats.mask("judge_backlog")
+            reason = "judge_backlog"
+        if reason is not None:
+            record = turn_record(turn, None, None, reason, None, tokenizer=self.serving.tokenizer)
+            self.log.write(turn.policy_version, record)
 
     def _end(self, session: Session) -> None:
         """Close the session's last turn without a next state (it is logged, not trained)."""
         if session.agent is not None and session.agent.pending:
             session.agent.abandon("ok")
         self._flush(session)
-        session.agent = None
+        session.forget()
 
     def _make_room(self) -> None:
         """Below ``max_sessions``, or close the longest-silent session not mid-request; a 429 when all are busy."""
@@ -282,7 +310,7 @@ class LiveSessions:
         """End ``session`` (its last turn logged, not trained), forget it, and count it under ``counter``."""
         self._end(session)
         del self.sessions[session.id]
-        self.p.stats.add(counter)
+        self.stats.add(counter)
 
     async def _close_idle(self) -> None:
         timeout = self.cfg.session_timeout
@@ -295,9 +323,9 @@ class LiveSessions:
 
     def metrics(self) -> dict[str, Any]:
         """The pipeline's counters plus the server's (``/metrics``)."""
-        snap = self.p.snapshot()
+        snap = self.snapshot()
         snap["sessions"] = len(self.sessions)
-        snap["training"] = self.p.train
+        snap["training"] = self.train
         return snap
 
 

@@ -43,7 +43,7 @@ from claw_train.bind import is_loopback  # noqa: E402
 from claw_train.config import ServeArgs, build  # noqa: E402
 from claw_train.pipeline import RunError  # noqa: E402
 from claw_train.serve import serve  # noqa: E402
-from claw_train.serve.server import check_bind  # noqa: E402
+from claw_train.serve.app import check_bind  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -503,9 +503,9 @@ def served_openapi() -> dict[str, Any]:
     any server runs); the test checks the served one is the same."""
     from types import SimpleNamespace
 
-    from claw_train.serve.server import create_app
+    from claw_train.serve.app import create_app
 
-    stub = SimpleNamespace(p=SimpleNamespace(stats=None))  # the routes are described, never called
+    stub = SimpleNamespace(stats=None)  # the routes are described, never called
     return create_app(stub, "tiny", key=KEY).openapi()  # type: ignore[arg-type]
 
 

@@ -1,0 +1,46 @@
+"""The run's failure streaks, in one place: an env that fails every episode from the start is broken, and a
+policy whose generations keep failing (though it answers its health probe) is no use; either stops the run."""
+
+from __future__ import annotations
+
+from claw_train.metrics import Stats
+from claw_train.pipeline.control import RunControl
+
+GENERATION_FAILURE_STREAK = 32  # episodes in a row whose generation failed (the probe answering): stop
+ENV_FAILURE_STREAK = 8  # episodes in a row that fail before any succeeded: the env is broken, stop
+
+
+class FailureMonitor:
+    """Counts the streaks and stops the run through ``control`` when one is too long."""
+
+    def __init__(self, control: RunControl, stats: Stats):
+        self.control = control
+        self.stats = stats
+        self.env_failures = 0
+        self.env_ok = False
+        self.generation_failures = 0
+
+    def env_failed(self, error: str) -> None:
+        """An episode failed in the env: after a streak with no success ever, the env is broken — stop."""
+        self.env_failures += 1
+        if not self.env_ok and self.env_failures >= ENV_FAILURE_STREAK:
+            self.control.request_stop(
+                "error", f"the env failed on each of the first {self.env_failures} episodes: {error}"
+            )
+
+    def env_succeeded(self) -> None:
+        """An episode ran in the env: the env works, and the failure streak starts again."""
+        self.env_ok = True
+        self.env_failures = 0
+
+    def generation_failed(self, err: Exception) -> None:
+        """A generation failed though the policy answered its health probe; many in a row stop the run."""
+        self.stats.add("generation_errors")
+        self.generation_failures += 1
+        if self.generation_failures >= GENERATION_FAILURE_STREAK:
+            failed = f"the policy failed {self.generation_failures} episodes in a row (its health probe answered)"
+            self.control.request_stop("policy_failed", f"{failed}: {err}")
+
+    def generation_succeeded(self) -> None:
+        """An episode's generations all went through: that streak starts again."""
+        self.generation_failures = 0
