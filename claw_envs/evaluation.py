@@ -29,6 +29,8 @@ class Evaluation:
     """An episode whose outcome is at least this counts as a success."""
     score_name: str = "mean outcome"
     """What the headline score (the mean outcome) is called in tables and curves."""
+    success_name: str = "success"
+    """What an episode reaching ``success_at`` means, as the success rate is labelled beside the score."""
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.options = dict(options or {})

@@ -53,6 +53,9 @@ class JudgeTemplates:
     """The hint (OPD) template."""
     directive_is_negative: bool = True
     """Whether the rules judge scores a step -1 when the env says 0 but sends a directive (a correction)."""
+    hint_check: str = "prm_hint_check"
+    """The template a model judge answers "does this reply break the user's earlier hint?" with
+    (``claw-eval --sessions``)."""
 
 
 @dataclass(frozen=True)

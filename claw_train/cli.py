@@ -38,3 +38,8 @@ def serve() -> None:
 def envs() -> None:
     """``claw-envs``: list, try and judge environments."""
     _run("claw_train.commands.envs", "main")
+
+
+def view() -> None:
+    """``claw-view``: a web page over run folders, live while they run."""
+    _run("claw_train.commands.view")

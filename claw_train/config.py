@@ -220,6 +220,8 @@ class TrainArgs(PipelineArgs):
     """Live status display on a terminal (plain progress lines otherwise)."""
     config: Path | None = None
     """YAML file with any of these options by underscored name."""
+    view: bool = False
+    """Also serve claw-view's page over the run folder (127.0.0.1, a free port; the URL is printed)."""
 
 
 @dataclass
@@ -236,6 +238,8 @@ class EvalArgs:
     running a policy (families that support it)."""
     config: Path | None = None
     """YAML file with any of these options by underscored name."""
+    sessions: Path | None = None
+    """A claw-serve run folder: how often its first and latest weights break a hint the same user gave earlier."""
 
 
 @dataclass
@@ -245,6 +249,8 @@ class ServeArgs(PipelineArgs):
     serving: ServingSection = field(default_factory=ServingConfig)
     config: Path | None = None
     """YAML file with any of these options by underscored name."""
+    view: bool = False
+    """Also serve claw-view's page over the run folder (127.0.0.1, a free port; the URL is printed)."""
 
 
 Args = TypeVar("Args", TrainArgs, EvalArgs, ServeArgs)
@@ -258,10 +264,7 @@ def options(cls: type) -> dict[str, tuple[str | None, dataclasses.Field[Any]]]:
     table: dict[str, tuple[str | None, dataclasses.Field[Any]]] = {}
     for f in dataclasses.fields(cls):
         section = _section_type(f)
-        if section is None:
-            table[f.name] = (None, f)
-        else:
-            table.update({g.name: (f.name, g) for g in dataclasses.fields(section)})
+        table.update({g.name: (f.name, g) for g in dataclasses.fields(section)} if section else {f.name: (None, f)})
     return table
 
 
@@ -290,8 +293,7 @@ def replace(args: Args, **values: Any) -> Args:
             raise ConfigError(unknown_option(name, table))
         by_section.setdefault(table[name][0], {})[name] = value
     top = by_section.pop(None, {})
-    for section, changes in by_section.items():
-        top[section] = dataclasses.replace(getattr(args, section), **changes)
+    top |= {section: dataclasses.replace(getattr(args, section), **new) for section, new in by_section.items()}
     return dataclasses.replace(args, **top)
 
 
@@ -383,8 +385,7 @@ def check(args: Any) -> None:
         raise ConfigError(f"--temperature must be > 0 for training (log-probs need it), got {get(args, 'temperature')}")
     if "port" in table and not 0 <= get(args, "port") <= 65535:
         raise ConfigError(f"--port must be a TCP port, 0 to 65535 (0: any free one), got {get(args, 'port')}")
-    method = get(args, "method") if "method" in table else None
-    if method is not None and method not in METHODS:
+    if "method" in table and (method := get(args, "method")) is not None and method not in METHODS:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from claw_train.advantages import MethodSettings, StepReward, group_scores
@@ -18,6 +19,7 @@ from claw_train.logs import VersionedLog
 from claw_train.metrics import Stats
 from claw_train.policy.base import Policy, PolicyError
 from claw_train.records import TrainSample, TurnRecord
+from claw_train.turn_text import prompt_piece, screenshot, token_credit
 from judges.base import Judge
 
 
@@ -108,7 +110,9 @@ class SampleMaker:
             )
             if adv is None:
                 reason = "judge_unavailable" if judgement is not None and not judgement.available else "no_signal"
-        return self._emit([(turn, adv, score, hint if teacher is not None else None, judgement, reason)])
+        return self._emit(
+            [(turn, adv, score, hint if teacher is not None else None, judgement, reason, teacher, score)]
+        )
 
     async def group(self, episodes: list[list[TurnRecord]]) -> list[TrainSample]:
         """General agents: the episodes of one task group; ``r = outcome + c·prm`` normalised by step index."""
@@ -152,7 +156,8 @@ class SampleMaker:
                 if adv is None:
                     reasons[k] = "no_signal"
             score = judgements[k].score if judgements[k] is not None else None
-            rows.append((t, adv, score, hints[k] if teachers[k] is not None else None, judgements[k], reasons[k]))
+            hint = hints[k] if teachers[k] is not None else None
+            rows.append((t, adv, score, hint, judgements[k], reasons[k], teachers[k], norm[k]))
         return self._emit(rows)
 
     def _count_judgement(self, j: Any) -> None:
@@ -164,10 +169,13 @@ class SampleMaker:
         if j.hint is not None:
             self.stats.add("hints")
 
-    def _emit(self, rows: list[tuple[TurnRecord, Any, Any, Any, Any, str | None]]) -> list[TrainSample]:
-        """Log every judged turn with its decision; return the accepted samples (with fresh ids)."""
+    def _emit(self, rows: list[tuple[TurnRecord, Any, Any, Any, Any, str | None, Any, Any]]) -> list[TrainSample]:
+        """Log every judged turn with its decision (and a trained sample's per-token credit); return the accepted
+        samples (with fresh ids). A row: turn, advantages, score, hint, judgement, reason, teacher log-probs, and the
+        score the advantages were made from."""
         out = []
-        for turn, adv, score, hint, judgement, reason in rows:
+        tokenizer = getattr(self.policy, "tokenizer", None)
+        for turn, adv, score, hint, judgement, reason, teacher, rl_score in rows:
             sample_id = None
             if reason is None:
                 self._sample_no += 1
@@ -176,14 +184,41 @@ class SampleMaker:
                 self.stats.add("samples")
             else:
                 self.stats.mask(reason)
-            self.log.write(turn.policy_version, turn_record(turn, judgement, adv, reason, sample_id))
+            credit = None
+            if adv is not None and tokenizer is not None:
+                credit = token_credit(
+                    tokenizer,
+                    turn,
+                    adv,
+                    method=self.settings.method,
+                    score=rl_score,
+                    teacher=teacher,
+                    w_rl=self.settings.w_rl,
+                    w_opd=self.settings.w_opd,
+                )
+            images = self.log.root / "images"
+            record = turn_record(
+                turn, judgement, adv, reason, sample_id, tokenizer=tokenizer, credit=credit, image_dir=images
+            )
+            self.log.write(turn.policy_version, record)
+            self.stats.logged(turn.episode_id)
         return out
 
 
 def turn_record(
-    turn: TurnRecord, judgement: Any, adv: list[float] | None, reason: str | None, sample_id: str | None
+    turn: TurnRecord,
+    judgement: Any,
+    adv: list[float] | None,
+    reason: str | None,
+    sample_id: str | None,
+    *,
+    tokenizer: Any = None,
+    credit: dict[str, Any] | None = None,
+    image_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """The log line of one judged turn: the action, its next state, the votes and hint, and the accept/mask decision."""
+    """The log line of one judged turn: the action, its next state, the votes and hint, and the accept/mask decision;
+    with the policy's ``tokenizer`` also the prompt as it saw it, and a trained sample's per-token ``credit``
+    (:mod:`claw_train.turn_text`); with ``image_dir`` a GUI turn's screenshot is saved there."""
     ns = turn.next_state
     record: dict[str, Any] = {
         "kind": "turn",
@@ -214,6 +249,12 @@ def turn_record(
         record["hint_accepted"] = judgement.hint is not None
     if adv is not None:
         record["advantage"] = {"mean": sum(adv) / len(adv), "min": min(adv), "max": max(adv)}
+    if tokenizer is not None:
+        record["prompt"] = prompt_piece(tokenizer, turn)
+    if ns is not None and ns.image is not None and image_dir is not None:
+        record["next_state"]["image"] = screenshot(image_dir, turn, ns.image)
+    if credit is not None:
+        record["credit"] = credit
     for key in ("judge_error", "teacher_error"):
         if key in turn.info:
             record[key] = turn.info[key]

@@ -20,6 +20,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,8 +55,25 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
+class Deferred:
+    """A field worked out when the line is written — in :class:`VersionedLog`'s writer thread, off the serving path
+    (decoding token ids, say). A failure is logged in its place as ``{"error": ...}``; it never stops the writer."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any):
+        self.fn, self.args = fn, args
+
+    def value(self) -> Any:
+        """The field's value."""
+        try:
+            return self.fn(*self.args)
+        except Exception as err:
+            return {"error": f"{type(err).__name__}: {err}"}
+
+
 def _jsonable(obj: Any) -> Any:
-    """Make ``obj`` JSON-safe (dataclasses via ``to_dict``; NaN/inf become strings)."""
+    """Make ``obj`` JSON-safe (dataclasses via ``to_dict``, :class:`Deferred` worked out; NaN/inf become strings)."""
+    if isinstance(obj, Deferred):
+        return _jsonable(obj.value())
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
     if isinstance(obj, dict):

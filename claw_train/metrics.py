@@ -20,6 +20,7 @@ class Stats:
         self.score_total = [0.0, 0, 0]  # sum, count and positives of every judge score, for the summary
         self.outcomes = [0.0, 0, 0]  # sum, count and successes (outcome >= 1) of finished training episodes
         self.trained_total = 0
+        self.episode_ids: set[str] = set()  # episodes with a logged turn (what the logs and claw-view count)
         self.train_started: float | None = None
         self.started = time.monotonic()
         self.version = 0
@@ -31,6 +32,11 @@ class Stats:
         """Add ``n`` to the counter ``key``."""
         with self._lock:
             self.counts[key] += n
+
+    def logged(self, episode_id: str) -> None:
+        """A turn of ``episode_id`` was logged with its decision."""
+        with self._lock:
+            self.episode_ids.add(episode_id)
 
     def mask(self, reason: str) -> None:
         """Count a turn masked (not trained on) for ``reason``."""
@@ -54,13 +60,19 @@ class Stats:
             self.outcomes[2] += value >= 1.0
 
     def totals(self) -> dict[str, Any]:
-        """Whole-run figures for the summary: counts, masking by reason, mean judge score, episode outcomes."""
+        """Whole-run figures for the summary, counted one way (the progress lines and claw-view count the same):
+        ``episodes`` with a logged turn (``episodes_finished`` of them ended), ``turns`` played, ``turns_judged``
+        decided (logged accepted or masked), ``turns_scored`` by the judge, ``hints`` the judge gave among those,
+        ``samples`` accepted and ``samples_trained``; masking by reason, mean judge score, episode outcomes."""
         with self._lock:
             (score_sum, scored, positive), (outcome_sum, ended, successes) = self.score_total, self.outcomes
             return {
-                "episodes": self.counts["episodes"],
+                "episodes": len(self.episode_ids),
+                "episodes_finished": self.counts["episodes"],
                 "turns": self.counts["turns"],
                 "turns_judged": self.counts["samples"] + self.counts["masked"],
+                "turns_scored": self.counts["judged"],
+                "hints": self.counts["hints"],
                 "samples": self.counts["samples"],
                 "samples_trained": self.trained_total,
                 "masked": dict(self.masked),
@@ -114,6 +126,7 @@ class Stats:
                 "status": self.status,
                 "elapsed": time.monotonic() - self.started,
                 "counts": dict(self.counts),
+                "episodes_started": len(self.episode_ids),
                 "masked": dict(self.masked),
                 "mean_score": statistics.fmean(self.scores) if self.scores else None,
                 "hint_rate": self.counts["hints"] / judged if judged else None,

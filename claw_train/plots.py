@@ -65,33 +65,39 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     table.add_row("updates", str(summary["updates"]))
     table.add_row("wall time", f"{summary['wall_time']:.1f} s")
     table.add_row(
-        "episodes / turns",
-        f"{summary.get('episodes', 0)} / {summary.get('turns', 0)} ({summary.get('turns_judged', 0)} judged)",
+        "episodes", f"{summary.get('episodes', 0)} with a logged turn, {summary.get('episodes_finished', 0)} ended"
     )
-    table.add_row("samples trained", f"{summary.get('samples_trained', 0)} of {summary.get('samples', 0)} accepted")
+    table.add_row(
+        "turns",
+        f"{summary.get('turns', 0)} played, {summary.get('turns_judged', 0)} decided, "
+        f"{summary.get('turns_scored', 0)} scored by the judge",
+    )
+    table.add_row("samples", f"{summary.get('samples', 0)} accepted, {summary.get('samples_trained', 0)} trained")
     masked = summary.get("masked", {})
     table.add_row("turns masked", ", ".join(f"{k} {v}" for k, v in sorted(masked.items())) or "0")
     if summary.get("mean_judge_score") is not None:
         positive = summary.get("judge_positive_rate")
         share = f"  ({positive:.0%} scored +1)" if positive is not None else ""
         table.add_row("mean judge score", f"{summary['mean_judge_score']:+.3f}{share}")
+    success = summary.get("success_name", "success")
     if summary.get("mean_outcome") is not None:
         table.add_row(
-            "training episodes",
-            f"mean outcome {summary['mean_outcome']:+.3f}, success {summary['success_rate']:.0%} "
+            "ended episodes",
+            f"mean outcome {summary['mean_outcome']:+.3f}, {success} {summary['success_rate']:.0%} "
             f"of {summary['episodes_with_outcome']}",
         )
     table.add_row("stale samples dropped", str(trainer.get("stale_dropped", 0)))
     table.add_row("NaN steps skipped", str(trainer.get("nan_skipped", 0)))
-    judged = counts.get("judged", 0)
-    if judged:
-        table.add_row("hints accepted", f"{counts.get('hints', 0)}/{judged} ({counts.get('hints', 0) / judged:.0%})")
+    scored, hints = summary.get("turns_scored", counts.get("judged", 0)), summary.get("hints", counts.get("hints", 0))
+    if scored:
+        table.add_row("hints accepted", f"{hints} of {scored} scored turns ({hints / scored:.0%})")
     if judge.get("unavailable") or counts.get("judge_unavailable"):
         table.add_row("[yellow]judge unavailable[/yellow]", str(counts.get("judge_unavailable", 0)))
     for e in summary.get("evals", []):
         table.add_row(
             f"eval @ update {e['update']}",
-            f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  (success {e.get('success_rate', 0):.0%}"
+            f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  ({e.get('success_name', success)} "
+            f"{e.get('success_rate', 0):.0%}"
             + (f", valid {e['valid_rate']:.0%}" if "valid_rate" in e else "")
             + (f", correct {e['correct_rate']:.0%})" if "correct_rate" in e else ")"),
         )

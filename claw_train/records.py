@@ -22,7 +22,8 @@ class TurnRecord:
 
     ``prompt_ids`` are the exact tokens the policy saw (earlier turns' generated tokens included,
     observations appended as token segments, never a re-rendered chat); ``completion_ids`` and
-    ``logprobs`` are exactly what it generated, by ``policy_version``.
+    ``logprobs`` are exactly what it generated, by ``policy_version``. ``prompt_start`` is how many of the prompt's
+    tokens the episode's turn before already had in its prompt (0 for a first turn): the log keeps only the rest.
     """
 
     episode_id: str
@@ -40,6 +41,7 @@ class TurnRecord:
     reward: float = 0.0
     status: str = "ok"
     info: dict[str, Any] = field(default_factory=dict)
+    prompt_start: int = 0
     slot: Slot | None = field(default=None, repr=False, compare=False)
     """The in-flight slot the turn holds from its generation until it is trained or masked (``None``: no budget)."""
 

@@ -210,6 +210,7 @@ class EpisodeAgent:
             next_state=next_state,
             reward=float(reward),
             status=status,
+            prompt_start=len(self.turns[-1].prompt_ids) if self.turns else 0,
         )
 
     def set_rewards(self, rewards: Sequence[float]) -> None:

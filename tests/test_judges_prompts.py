@@ -79,7 +79,7 @@ def check_messages(messages: list[dict], template: str) -> None:
 
 def test_every_template_belongs_to_a_family():
     specs = [claw_envs.family_spec(i).judge for i in claw_envs.env_ids()] + list(UPCOMING.values())
-    used = {name for t in specs for name in (t.prm, t.hint)}
+    used = {name for t in specs for name in (t.prm, t.hint, t.hint_check)}
     assert set(template_names()) == used
     assert {"prm_personal", "hint_personal", "prm_terminal", "prm_gui", "prm_swe", "prm_toolcall"} <= used
 

@@ -91,7 +91,7 @@ def test_conversation_cli_end_to_end(models, tmp_path):
         capture_output=True, text=True, timeout=200, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "held-out score" in proc.stdout and "update   2" in proc.stdout
+    assert "held-out personalization score" in proc.stdout and "update   2" in proc.stdout
     check_ledger(out, 2)
     records = check_logs(out)
     assert {r["version"] for r in records if r["kind"] == "turn"} >= {0}

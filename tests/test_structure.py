@@ -21,6 +21,7 @@ WIRING = {"claw_train.pipeline", "claw_train.pipeline.core", "claw_train.serve.s
 # attribute writes on objects of other libraries, whose documented API is to set them
 THIRD_PARTY_WRITES = {
     ("claw_train/serve/server.py", "server.should_exit"): "uvicorn: how a Server is told to stop",
+    ("claw_train/view/server.py", "self.server.should_exit"): "uvicorn: how a Server is told to stop (claw-view's)",
     ("claw_train/serve/app.py", "app.openapi"): "FastAPI: the documented way to customise the OpenAPI schema",
     ("claw_train/tiny.py", "hf_tok.chat_template"): "transformers: a tokenizer's chat template",
     ("claw_train/tiny.py", "model.generation_config"): "transformers: a model's generation defaults",

@@ -30,6 +30,7 @@ class PersonalizationEvaluation(Evaluation):
     """Score = mean rubric score of the first reply; per-preference pass rates beside it."""
 
     score_name = "personalization score"
+    success_name = "every preference met"
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         super().__init__(options)

@@ -3,12 +3,23 @@ sends after a served reply are that reply's next state, and tool calls in a repl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from claw_envs.conversation.score import CHECKS, context
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.core import Evaluative, NextState, step_history
 from claw_envs.toolcall.actions import parse_action
+
+HINT_CHECKS = (
+    (re.compile(r"\bbold", re.I), "no_bold"),
+    (re.compile(r"\bhead(?:er|ing)s?\b|\btitles?\b", re.I), "no_headers"),
+    (re.compile(r"\bsteps?\b|\bnumber(?:ed)?\b|\blists?\b|\bbullets?\b", re.I), "no_step_list"),
+    (re.compile(r"\bshort(?:er)?\b|\btoo long\b|\bbrief(?:er)?\b|\bshorten\b", re.I), "short"),
+    (re.compile(r"\bcasual\b|\bformal\b|\brobot|\blike a (?:normal |real )?(?:kid|student|person)\b", re.I), "casual"),
+)
+"""Which rubric check an instruction asks for, by its words ("don't use bold" -> ``no_bold``)."""
 
 
 class LiveChat:
@@ -35,6 +46,22 @@ class LiveChat:
                 "action": action,
                 "result": text,
             },
+        )
+
+    def hint_check(self, hint: str, reply: str, request: str) -> NextState:
+        """A reply to ``request`` against an instruction the same user gave earlier, as a next state a judge scores:
+        ``evaluative`` is this family's own reading (+1 kept, -1 broken, 0 when the instruction names none of its
+        checks: bold, headings, step lists, length, a casual voice), which the rules judge takes; model judges read
+        ``judge_inputs`` (template ``prm_hint_check``)."""
+        names = [name for pattern, name in HINT_CHECKS if pattern.search(hint)]
+        kept = [CHECKS[name](context(reply, None)) for name in names]  # these checks read the reply only
+        score = 0.0 if not kept else 1.0 if all(kept) else -1.0
+        tags = tuple(f"{name}={'kept' if ok else 'broken'}" for name, ok in zip(names, kept, strict=True))
+        return NextState(
+            text="",
+            role="user",
+            evaluative=Evaluative(score, tags or ("hint_not_checkable",)),
+            judge_inputs={"task": request, "action": reply, "result": hint},
         )
 
     def tool_calls(self, text: str, tools: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:

@@ -30,6 +30,7 @@ class PatchEvaluation(Evaluation):
     (``repos``)."""
 
     score_name = "mean outcome (+1 resolved, -1 not)"
+    success_name = "resolved"
     """The env's outcome; the resolved rate is the success rate."""
 
     def record(self, episode: EpisodeResult) -> dict[str, Any]:

@@ -30,6 +30,7 @@ class AnswerEvaluation(Evaluation):
     """avg@k / pass@k of graded final answers."""
 
     score_name = "mean outcome (+1 right, -1 wrong)"
+    success_name = "right"
     """The env's outcome (the headline score); the accuracy is the success rate (avg@k)."""
 
     def record(self, episode: EpisodeResult) -> dict[str, Any]:

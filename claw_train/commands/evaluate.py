@@ -30,6 +30,7 @@ examples:
   claw-eval --env toolcall --tasks aime2024 --responses answers.jsonl
   claw-eval --env swe --predictions predictions.jsonl
   claw-eval --env terminal --model runs/terminal-combined/checkpoints/checkpoint-16
+  claw-eval --sessions runs/serve                    # a claw-serve run: replies that break their users' hints
 """
 
 
@@ -40,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse(EvalArgs, argv, prog="claw-eval", description=f"{EvalArgs.__doc__}\n\n{EXAMPLES}")
         from claw_train.families import check_env_options, spec_for, tasks_for
+
+        if args.sessions is not None:
+            return _sessions(args, console)
 
         spec = spec_for(args.run.env)
         args = resolve(args, spec, command="eval")
@@ -62,6 +66,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = next((r.get("generation_error") for r in report.records if r.get("generation_error")), "?")
         console.print(f"[red]every generation failed, e.g. {escape(str(first))}[/red]")
         return 1
+    return 0
+
+
+def _sessions(args: EvalArgs, console: Console) -> int:
+    """``--sessions RUN_DIR``: the hint check of a served run (:mod:`claw_train.evaluation.sessions`)."""
+    from claw_train.checkpoints import read_json
+    from claw_train.evaluation.sessions import SessionsError, check_sessions, report_lines
+    from claw_train.families import spec_for
+    from claw_train.policy.base import PolicyError
+
+    run_dir = Path(args.sessions)
+    options = read_json(run_dir / "run.json")
+    if options is None:
+        raise ConfigError(f"--sessions {run_dir}: not a run folder (no readable run.json)")
+    try:
+        spec = spec_for(args.run.env or options.get("env"), personal=True)
+        tokens = args.rollout.max_new_tokens or spec.training.max_new_tokens
+        report = asyncio.run(check_sessions(run_dir, spec, max_new_tokens=tokens, seed=args.evaluation.eval_seed))
+    except (SessionsError, PolicyError, ValueError) as err:
+        raise ConfigError(f"--sessions {run_dir}: {err}") from None
+    for line in report_lines(report):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"written to {run_dir / 'sessions_check.json'} (claw-view shows it)", markup=False)
     return 0
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from claw_train.argv import parse
 from claw_train.config import ConfigError, ServeArgs, resolve
@@ -100,7 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = replace(args, output_dir=out)
 
+    viewers = []
+
     def ready(url: str, _pipeline: object) -> None:
+        if args.view:
+            from claw_train.view.launch import Beside
+
+            try:
+                viewers.append(Beside(Path(out)))
+                print(f"claw-view: {viewers[0].url}  (this server's run folder, live)")
+            except RuntimeError as err:
+                say(f"claw-serve --view: {err}")
         training = "learning" if args.serving.train else "not training"
         print(f"claw-serve: serving {args.serving.served_model or args.run.model} at {url}  ({training})")
         shown = f'os.environ["{API_KEY_ENV}"]' if key else '"x"'
@@ -119,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the server took over Ctrl-C (loading the model)
         say("interrupted while starting")
         return 130
+    finally:
+        for viewer in viewers:
+            viewer.close()
     counts = result.counters.get("counts", {})
     print(
         f"claw-serve stopped ({result.status}: {result.message}); {counts.get('requests', 0)} requests, "

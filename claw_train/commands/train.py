@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print("tiny model: the cached build, or a few minutes to build and bootstrap it on first use")
             model_path = resolve_model("tiny", family=spec.name, progress=True, say=console.print)
         pipeline = Pipeline(args, model_path=model_path, on_message=lambda text: console.print(text, markup=False))
-        result = asyncio.run(_run(pipeline, console, args.display))
+        result = asyncio.run(_run(pipeline, console, args.display, args.view))
     except (RunError, ConfigError, PolicyError) as err:
         console.print(f"[red]claw-train:[/red] {escape(str(err))}")
         return 2
@@ -108,18 +108,49 @@ def _report(pipeline: Any, result: Any, console: Any) -> None:
 
 def curve(evals: list[dict[str, Any]], width: int = 40) -> str:
     """The held-out score by update as text bars (what ``make demo`` ends with)."""
-    lines = ["held-out score (mean outcome of held-out episodes) by update:"]
+    name = next((e["score_name"] for e in evals if e.get("score_name")), "score")
+    lines = [f"held-out {name} by update:"]
     for e in evals:
         filled = round(max(0.0, min(1.0, e["score"])) * width)
         bar = "█" * filled + "·" * (width - filled)
-        extra = f"valid {e['valid_rate']:.0%}" if "valid_rate" in e else f"success {e.get('success_rate', 0):.0%}"
+        success = f"{e.get('success_name', 'success')} {e.get('success_rate', 0):.0%}"
+        extra = f"valid {e['valid_rate']:.0%}, {success}" if "valid_rate" in e else success
         lines.append(f"  update {e['update']:>3}  {bar}  {e['score']:.3f}  ({extra})")
     if len(evals) > 1:
         lines.append(f"  change: {evals[-1]['score'] - evals[0]['score']:+.3f}")
     return "\n".join(lines)
 
 
-async def _run(pipeline: Any, console: Any, display: bool) -> Any:
+async def _run(pipeline: Any, console: Any, display: bool, view: bool = False) -> Any:
+    """Run the pipeline (with claw-view beside it for ``--view``)."""
+    if not view:
+        return await _watch(pipeline, console, display)
+    beside = asyncio.create_task(_open_view(pipeline.out, console))
+    try:
+        return await _watch(pipeline, console, display)
+    finally:
+        beside.cancel()
+        viewer = await asyncio.gather(beside, return_exceptions=True)
+        if viewer and hasattr(viewer[0], "close"):
+            viewer[0].close()
+
+
+async def _open_view(out: Any, console: Any) -> Any:
+    """claw-view over ``out`` once the run has written its ``run.json``; says where (or why not)."""
+    from claw_train.view.launch import Beside
+
+    while not (out / "run.json").exists():
+        await asyncio.sleep(0.2)
+    try:
+        viewer = await asyncio.to_thread(Beside, out)
+    except RuntimeError as err:
+        console.print(f"claw-train --view: {err}", markup=False)
+        return None
+    console.print(f"claw-view: {viewer.url}  (the run's page, live)", markup=False)
+    return viewer
+
+
+async def _watch(pipeline: Any, console: Any, display: bool) -> Any:
     """Run the pipeline under a live display on a terminal, or with a plain status line every 15 s."""
     task = asyncio.create_task(pipeline.run())
     if display and console.is_terminal:
@@ -138,8 +169,7 @@ async def _run(pipeline: Any, console: Any, display: bool) -> Any:
 
 
 def _plain_status(snap: dict[str, Any]) -> str:
-    """One progress line for a pipe or a log: elapsed, updates, ETA, turns."""
-    counts = snap.get("counts", {})
+    """One progress line for a pipe or a log: elapsed, updates, ETA, counts."""
     done, target = snap.get("updates", 0), snap.get("target") or 0
     elapsed = snap.get("elapsed", 0.0)
     line = f"[{elapsed:6.0f} s] {snap.get('status')}: update {done}/{target}"
@@ -147,8 +177,17 @@ def _plain_status(snap: dict[str, Any]) -> str:
     if done and rate:
         eta = (target - done) * elapsed / max(done, 1) if target else 0
         line += f", ETA {eta:.0f} s"
-    line += f", episodes {counts.get('episodes', 0)}, turns {counts.get('turns', 0)}, masked {counts.get('masked', 0)}"
-    return line
+    return f"{line}, {_counts(snap)}"
+
+
+def _counts(snap: dict[str, Any]) -> str:
+    """Episodes, turns, judged turns and samples, counted as the summary and claw-view count them."""
+    counts, trainer = snap.get("counts", {}), snap.get("trainer", {})
+    return (
+        f"episodes {snap.get('episodes_started', 0)}, turns {counts.get('turns', 0)}, "
+        f"scored {counts.get('judged', 0)}, samples {counts.get('samples', 0)} accepted "
+        f"{trainer.get('trained', 0)} trained, masked {counts.get('masked', 0)}"
+    )
 
 
 def _status(snap: dict[str, Any]) -> Any:
@@ -176,13 +215,13 @@ def _status(snap: dict[str, Any]) -> Any:
         f"{snap.get('staleness', 0):.2f} versions   dropped {trainer.get('stale_dropped', 0)}   "
         f"masked {counts.get('masked', 0)}   NaN skipped {trainer.get('nan_skipped', 0)}",
     )
-    t.add_row(
-        "episodes",
-        f"{counts.get('episodes', 0)}   turns {counts.get('turns', 0)}   elapsed {snap.get('elapsed', 0):.0f} s",
-    )
+    t.add_row("counts", f"{_counts(snap)}   elapsed {snap.get('elapsed', 0):.0f} s")
     last = snap.get("last_eval")
     if last:
-        t.add_row("last eval", f"update {last['update']}: {last['score']:.3f} (success {last['success_rate']:.0%})")
+        success = f"{last.get('success_name', 'success')} {last['success_rate']:.0%}"
+        t.add_row(
+            "last eval", f"update {last['update']}: {last.get('score_name', 'score')} {last['score']:.3f} ({success})"
+        )
     return t
 
 

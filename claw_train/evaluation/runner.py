@@ -98,7 +98,7 @@ async def evaluate(
 def episode_record(
     result: EpisodeResult, task: Task, sample: int, ext: Evaluation, failures: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """One episode as a record: the generic fields, then the extension's."""
+    """One episode as a record: the generic fields, then the extension's, then its whole chat (``messages``)."""
     steps = [info["next_state"] for info in result.infos if "next_state" in info]
     outcome = steps[-1].outcome if steps else None
     record = {
@@ -115,7 +115,18 @@ def episode_record(
         record["generation_error"] = failures[0]
     if result.status == "ok":
         record |= ext.record(result)
+    record["messages"] = transcript(result)
     return record
+
+
+def transcript(result: EpisodeResult) -> list[dict[str, Any]]:
+    """The episode's whole chat (its last info's messages; the env's own form, e.g. OpenAI ``tool_calls``), with the
+    final reply appended when the env's history stops before it (an episode ended by its last action)."""
+    messages = next((list(info["messages"]) for info in reversed(result.infos) if "messages" in info), [])
+    replies = sum(m.get("role") == "assistant" for m in messages)
+    if result.actions and replies < len(result.actions):
+        messages.append({"role": "assistant", "content": result.actions[-1]})
+    return messages
 
 
 def grade_file(ext: Evaluation, path: Path, tasks: TaskSource, k: int, seed: int) -> EvalReport:

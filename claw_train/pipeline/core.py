@@ -35,7 +35,7 @@ from claw_train.pipeline.guards import first_failure, stop_on_signals, watch_for
 from claw_train.pipeline.judge_workers import JudgeWorkers
 from claw_train.pipeline.parts import PipelineResult, RunParts, TurnSource
 from claw_train.pipeline.ranks import RankLink
-from claw_train.pipeline.reporting import write_summary
+from claw_train.pipeline.reporting import success_name, write_summary
 from claw_train.pipeline.rollouts import EnvRollouts, RolloutShape, SyncRounds, in_flight_budget
 from claw_train.pipeline.rundir import RunDir, RunError
 from claw_train.pipeline.trainer_thread import TrainerSetup, TrainerThread
@@ -420,6 +420,7 @@ class Pipeline:
             checkpoint=checkpoint,
             title=self.title(),
             say=self.say,
+            success_name=success_name(self.spec.evaluation),
         )
         return result
 

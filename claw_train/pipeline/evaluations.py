@@ -73,6 +73,7 @@ class Evaluations:
 
         ev = self.config
         kwargs = env_kwargs_for(self.spec, self.rollout)
+        extension = extension_for(self.spec, env_options(self.spec, kwargs))
         report = await evaluate(
             self.policy,
             self.spec,
@@ -81,21 +82,25 @@ class Evaluations:
             k=ev.eval_k,
             seed=ev.eval_seed,
             sampling=dataclasses.replace(self.sampling, seed=ev.eval_seed),
-            extension=extension_for(self.spec, env_options(self.spec, kwargs)),
+            extension=extension,
             env_kwargs=kwargs,
         )
-        row = {"update": step, "version": self.policy.version, **report.summary}
+        names = {"score_name": extension.score_name, "success_name": extension.success_name}
+        row = {"update": step, "version": self.policy.version, **names, **report.summary}
         self.rows.append(row)
         self.stats.evaluated(row)
         self.rundir.add_eval(row)
         self.log.write(step, {"kind": "eval", **row})
+        for record in report.records:  # each held-out episode with its chat: what claw-view compares across versions
+            self.log.write(step, {"kind": "eval_episode", "update": step, **record})
         self.say(eval_line(row))
 
 
 def eval_line(row: dict[str, Any]) -> str:
-    """One evaluation as a line of the run's output."""
-    text = f"update {row['update']:>3}  held-out score {row['score']:.3f} ± {row['score_sd']:.3f}"
-    text += f"  success {row['success_rate']:.0%}"
+    """One evaluation as a line of the run's output, named as the family names its score and its success."""
+    name = row.get("score_name", "score")
+    text = f"update {row['update']:>3}  held-out {name} {row['score']:.3f} ± {row['score_sd']:.3f}"
+    text += f"  {row.get('success_name', 'success')} {row['success_rate']:.0%}"
     if "valid_rate" in row:
         text += f"  valid {row['valid_rate']:.0%}  correct {row['correct_rate']:.0%}"
     return text

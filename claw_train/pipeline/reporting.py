@@ -23,8 +23,10 @@ def write_summary(
     checkpoint: Path | None,
     title: str,
     say: Callable[[str], None],
+    success_name: str = "success",
 ) -> None:
-    """The learning curve and ``summary.json`` of the run in ``rundir``."""
+    """The learning curve and ``summary.json`` of the run in ``rundir`` (``success_name``: what the family's
+    evaluation calls an episode that succeeds, as the summary labels the success rate)."""
     from claw_train.plots import learning_curve
 
     out = rundir.root
@@ -40,6 +42,7 @@ def write_summary(
             "updates": updates,
             "wall_time": round(wall_time, 1),
             **stats.totals(),
+            "success_name": success_name,
             "paths": {
                 "logs": str(out / "logs"),
                 "ledger": str(rundir.ledger.path),
@@ -52,3 +55,14 @@ def write_summary(
             "checkpoint": str(checkpoint) if checkpoint else None,
         }
     )
+
+
+def success_name(evaluation: str | None) -> str:
+    """What the family's evaluation calls a success (its class's ``success_name``), read without building it."""
+    from claw_envs.evaluation import Evaluation
+    from claw_envs.spec import resolve
+
+    try:
+        return str(resolve(evaluation).success_name) if evaluation else Evaluation.success_name
+    except (ImportError, AttributeError, ValueError):
+        return Evaluation.success_name

@@ -10,6 +10,7 @@ import asyncio
 import math
 import statistics
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,7 @@ class TrainerThread:
         self.trainer: Any = None
         self.checkpoint: Path | None = None
         self.thread: threading.Thread | None = None
+        self._last_step: float | None = None  # when the last optimizer step ended (its update's time)
 
     @property
     def step(self) -> int:
@@ -272,15 +274,19 @@ class TrainerThread:
             versions=[s.turn.policy_version for s in batch],
             score_mean=mean([s.score for s in batch if s.score is not None]),
         )
-        self.stats.trained(len(batch), mean([step - 1 - s.turn.policy_version for s in batch]) or 0.0)
-        logs = trainer.state.log_history[-1] if trainer.state.log_history else {}
+        staleness = mean([step - 1 - s.turn.policy_version for s in batch]) or 0.0
+        self.stats.trained(len(batch), staleness)
+        now = time.monotonic()
+        seconds, self._last_step = now - (self._last_step or self.stats.train_started or now), now
         log.write(
             step,
             {
                 "kind": "update",
                 "update": step,
                 "samples": [s.sample_id for s in batch],
-                "loss": logs.get("loss"),
+                "staleness": staleness,
+                "update_seconds": round(seconds, 3),
+                "samples_per_s": round(self.stats.samples_per_second(), 4),
                 "nan_skipped": trainer.counters.get("nan_skipped", 0),
                 "judge": self.judge.metrics_dict() if self.judge is not None else None,
                 "masked": self.stats.snapshot()["masked"],
@@ -288,6 +294,13 @@ class TrainerThread:
         )
         self.control.step_done(step)
         self.maybe_evaluate(step)
+
+    def on_log(self, step: int, logs: dict[str, Any]) -> None:
+        """The trainer logged its figures for update ``step`` (loss, clip ratios, entropy, KL with a beta; TRL logs
+        them after the step's end): one ``metrics`` line beside the update's."""
+        numbers = {k: v for k, v in logs.items() if isinstance(v, int | float) and math.isfinite(v)}
+        if self.log is not None:  # the leading rank records
+            self.log.write(step, {"kind": "metrics", "update": step, "metrics": numbers})
 
     def maybe_evaluate(self, step: int) -> None:
         """Evaluate version ``step`` if the schedule says so (blocks the trainer while it runs)."""
@@ -318,6 +331,10 @@ def _glue_callback(owner: TrainerThread) -> Any:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             owner.on_step_end()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and state.global_step > 0:
+                owner.on_log(state.global_step, logs)
 
     return PipelineCallback()
 

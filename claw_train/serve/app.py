@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
-import os
 import socket
 import time
 import urllib.parse
@@ -35,6 +33,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from claw_train import bind
 from claw_train.config import ServingConfig
 from claw_train.pipeline.rundir import RunError
 from claw_train.serve.openapi import ChatCompletion, ChatCompletionBody, ErrorBody
@@ -51,7 +50,7 @@ from claw_train.serve.schema import (
 )
 from claw_train.serve.sessions import LiveSessions
 
-API_KEY_ENV = "CLAW_API_KEY"
+API_KEY_ENV = bind.API_KEY_ENV
 DEFAULT_MAX_BODY = 4 << 20
 DRAIN_LIMIT = 64 << 20
 """A refused body declared up to this size is read to its end and dropped; a larger one closes the connection."""
@@ -59,30 +58,13 @@ DRAIN_LIMIT = 64 << 20
 
 def api_key(serving: ServingConfig) -> str:
     """The key clients must send: ``--api-key``, else ``$CLAW_API_KEY``; empty: none."""
-    return serving.api_key or os.environ.get(API_KEY_ENV, "")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether every address ``host`` names is a loopback one (a name that does not resolve is not)."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return False
-    return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+    return bind.api_key(serving.api_key)
 
 
 def check_bind(host: str, key: str) -> None:
     """Refuse to listen beyond this machine without an API key: whoever reaches the port could train the model."""
-    if not key and not is_loopback(host):
-        raise RunError(
-            f"refusing to listen on {host or 'every address'!r} without an API key: anyone who can reach the port "
-            f"could use the model and train it. Set ${API_KEY_ENV} (or --api-key) to a secret, or listen on "
-            "127.0.0.1 (the default)"
-        )
+    if (message := bind.refusal(host, key, exposes="use the model and train it")) is not None:
+        raise RunError(message)
 
 
 def _header_value(text: str) -> str:

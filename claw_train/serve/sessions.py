@@ -277,12 +277,13 @@ class LiveSessions:
         session.handed_on(len(agent.turns))
 
     def _hand_over(self, turn: TurnRecord) -> None:
-        if not self.train:
-            self.log.write(turn.policy_version, turn_record(turn, None, None, "not_training", None))
-            return
-        if not self.turns.offer(turn):  # the judges are behind: serving does not wait for them
+        reason = "not_training" if not self.train else None
+        if reason is None and not self.turns.offer(turn):  # the judges are behind: serving does not wait for them
             self.stats.mask("judge_backlog")
-            self.log.write(turn.policy_version, turn_record(turn, None, None, "judge_backlog", None))
+            reason = "judge_backlog"
+        if reason is not None:
+            record = turn_record(turn, None, None, reason, None, tokenizer=self.serving.tokenizer)
+            self.log.write(turn.policy_version, record)
 
     def _end(self, session: Session) -> None:
         """Close the session's last turn without a next state (it is logged, not trained)."""

@@ -39,10 +39,11 @@ openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
 from test_serve import Server, converse, free_port, launch_cli, wait_for  # noqa: E402
 
+from claw_train.bind import is_loopback  # noqa: E402
 from claw_train.config import ServeArgs, build  # noqa: E402
 from claw_train.pipeline import RunError  # noqa: E402
 from claw_train.serve import serve  # noqa: E402
-from claw_train.serve.app import check_bind, is_loopback  # noqa: E402
+from claw_train.serve.app import check_bind  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
