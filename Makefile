@@ -7,6 +7,8 @@ STAMP := $(VENV)/.claw-installed
 SYSTEM_TOOLS := bwrap:bubblewrap chromium:chromium Xvfb:xvfb xdotool:xdotool scrot:scrot
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# tests run side by side: many wait on subprocesses, sandboxes and browsers rather than the CPU
+TEST_WORKERS ?= 3
 
 .PHONY: demo test lint format bench docs docs-serve setup system-packages clean
 
@@ -17,7 +19,7 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q --durations=20
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20
 
 lint: setup
 	$(VENV)/bin/ruff check --fix .

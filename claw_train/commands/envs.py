@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="List, try and judge claw environments."
 )
-console = Console()
+console = Console(soft_wrap=True)  # a piped log keeps each message on one line
 UsageError = typer.BadParameter.__mro__[1]  # click's UsageError, from wherever this typer takes click
 
 

@@ -37,7 +37,7 @@ examples:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse options, run the family's evaluation, print a table; returns the exit code."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    console = Console(stderr=False)
+    console = Console(stderr=False, soft_wrap=True)  # a piped log keeps each message on one line
     try:
         args = parse(EvalArgs, argv, prog="claw-eval", description=f"{EvalArgs.__doc__}\n\n{EXAMPLES}")
         from claw_train.families import check_env_options, spec_for, tasks_for

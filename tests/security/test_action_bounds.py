@@ -220,6 +220,6 @@ def test_pathological_turns_are_read_in_linear_time(action):
         lambda: last_boxed(strip_tool_calls(action)),
         lambda: read_turn(action),
     ):
-        start = time.monotonic()
+        start = time.process_time()  # the work done, whatever else the machine runs
         read()
-        assert time.monotonic() - start < 1.0
+        assert time.process_time() - start < 1.0
