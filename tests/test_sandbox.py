@@ -463,6 +463,31 @@ def test_where_bwrap_cannot_run_as_nobody_it_runs_as_root_with_a_warning(monkeyp
         assert box.read_file("sub/out.txt") == b"y\n"
 
 
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="bubblewrap runs as another uid only when started as root")
+def test_a_moments_refusal_to_start_as_nobody_is_retried_and_never_sticks(monkeypatch):
+    """A loaded host can refuse one namespace: that sandbox retries, and no later sandbox falls back to root."""
+    real_run = layout.subprocess.run
+    refused = []
+
+    def refuse_first_probe(argv, **kw):
+        if argv[-1] == "true" and not refused:
+            refused.append(argv)
+            return layout.subprocess.CompletedProcess(argv, 1, "", "bwrap: Creating new namespace failed")
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(layout, "_started", set())
+    monkeypatch.setattr(layout.subprocess, "run", refuse_first_probe)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        boxes = [LocalSandbox(isolation="bwrap") for _ in range(2)]
+    assert refused
+    for box in boxes:
+        with box:
+            assert box.run("echo y > out.txt").returncode == 0
+            assert (box._root / "workspace" / "out.txt").stat().st_uid == layout.HOST_UID
+
+
 # -- fallbacks and the other backend -----------------------------------------------------------------
 
 

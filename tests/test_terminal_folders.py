@@ -185,7 +185,7 @@ def test_the_agent_timeout_ends_the_episode_and_grades_it(tmp_path):
         obs, _reward, terminated, truncated, info = env.step(BASH("sleep 5; echo 35.49 > /app/total.txt"))
         assert terminated and not truncated and re.search(r"longer than the [\d.]+-second limit", obs), obs
         assert info["check"].startswith("the agent's time for this task is used up") and info["grading"]["tests"]
-        assert info["next_state"].outcome == pytest.approx(1 / 3)
+        assert info["next_state"].outcome == pytest.approx(1 / 3), (obs, info["grading"], env._agent_seconds)
     finally:
         env.close()
 

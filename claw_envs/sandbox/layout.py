@@ -15,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -193,22 +194,34 @@ def bwrap_help(bwrap: str) -> str:
         return ""
 
 
-_probed: dict[tuple[str, ...], str | None] = {}
+_started: set[tuple[str, ...]] = set()
+PROBE_TRIES = 3  # a busy host can refuse a namespace for a moment; a layout that never starts is refused each time
 
 
 def probe(base: tuple[str, ...], root: Path) -> str | None:
     """``None`` when bubblewrap can start ``true`` with this layout, else the reason it cannot.
 
-    Layouts differ only in this sandbox's own directories, so the answer is cached per layout shape.
+    Layouts differ only in this sandbox's own directories, so a layout shape that started once is not probed again.
+    A failure is this sandbox's alone (never cached) and is retried, so a moment's refusal on a loaded host does
+    not move this or later sandboxes to the weaker fallback.
     """
     shape = tuple(a.replace(str(root), "<root>") for a in base)
-    if shape not in _probed:
+    if shape in _started:
+        return None
+    reason = ""
+    for attempt in range(PROBE_TRIES):
+        if attempt:
+            time.sleep(0.25 * attempt)
         try:
             done = subprocess.run([*base, "--", "true"], capture_output=True, text=True, timeout=30)
-            _probed[shape] = None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
         except (OSError, subprocess.SubprocessError) as err:
-            _probed[shape] = str(err)
-    return _probed[shape]
+            reason = str(err)
+            continue
+        if done.returncode == 0:
+            _started.add(shape)
+            return None
+        reason = done.stderr.strip() or f"exit {done.returncode}"
+    return reason
 
 
 def bwrap_command(
