@@ -242,6 +242,7 @@ class ToolCallEnv(ClawEnv):
             evaluative=Evaluative(min(out.score for _, out in results), tuple(tags)),
             directive="\n".join(directives) or None,
             judge_inputs=self._judge_inputs(action, text),
+            action_taken=any(isinstance(item, ToolCall) for item, _ in results),
         )
         return Transition(observation=text, next_state=ns, messages=self._tool_messages(action, parsed, results))
 
