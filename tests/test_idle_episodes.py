@@ -59,3 +59,21 @@ def test_terminal_noise_and_a_done_message_run_no_command():
         assert env.step("all done")[4]["next_state"].action_taken is False
     finally:
         env.close()
+
+
+def test_toolcall_reads_a_fenced_python_block_and_a_final_answer_line_saying_which_it_graded():
+    env = ToolCallEnv()
+    try:
+        env.reset(seed=0)
+        ns = env.step("Let me compute.\n```python\nprint(6 * 7)\n```")[4]["next_state"]
+        assert ns.role == "tool" and ns.text.strip() == "42" and ns.evaluative.score == 1.0 and ns.action_taken
+        ns = env.step("```python\n```")[4]["next_state"]  # an empty block is no call: the nudge
+        assert ns.evaluative.score == -1.0 and "no_action" in ns.evaluative.tags and not ns.action_taken
+        gold = env.task.data["answer"]
+        _, reward, term, _, info = env.step(f"So the product is that.\nFinal answer: {gold}")
+        assert term and reward == 1.0 and "answer_form=final_answer_line" in info["next_state"].evaluative.tags
+        env.reset(seed=0)
+        tags = env.step(f"\\boxed{{{gold}}}")[4]["next_state"].evaluative.tags
+        assert "answer_form=boxed" in tags
+    finally:
+        env.close()
