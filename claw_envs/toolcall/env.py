@@ -80,7 +80,7 @@ Available tools (JSON schema):
 NUDGE = (
     "I found no tool call and no final answer. Either run Python with "
     '<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call> '
-    "or give your final answer as \\boxed{...}."
+    "(or a fenced ```python block), or give your final answer as \\boxed{...}."
 )
 
 SCHEMAS = {name: tool.parameters for name, tool in TOOLS.items()}
@@ -194,7 +194,10 @@ class ToolCallEnv(ClawEnv):
         elif answer:
             tr = await self._answer_turn(action, answer)
         else:  # neither a tool call nor an answer: the agent's error, like any malformed action
-            directive = "Call the python tool in a <tool_call> block, or give the final answer in \\boxed{}."
+            directive = (
+                "Call the python tool in a <tool_call> block or a closed ```python block, or give the final answer "
+                "in \\boxed{}."
+            )
             tr = Transition(
                 observation=NUDGE,
                 next_state=bad_action(NUDGE, directive, tags=("no_action",), **self._judge_inputs(action, NUDGE)),
