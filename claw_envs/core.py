@@ -102,7 +102,10 @@ class NextState:
     """What the world said after an action — the same type in every family.
 
     ``judge_inputs`` holds exactly the fields the family's judge prompt needs (task, history
-    summary, action, result); ``image`` is PNG bytes for GUI families.
+    summary, action, result); ``image`` is PNG bytes for GUI families. ``action_taken`` says whether the
+    action was carried out in the world (a command ran, a tool call ran, an answer was graded, a GUI action was
+    performed): ``False`` for output that could not be read as an action (:func:`bad_action`), so a run whose
+    policy never acts can be told from one that acts badly.
     """
 
     text: str
@@ -113,6 +116,7 @@ class NextState:
     outcome: float | None = None
     image: bytes | None = None
     judge_inputs: Mapping[str, Any] = field(default_factory=dict)
+    action_taken: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (the image is reported by size only)."""
@@ -364,6 +368,21 @@ def hinted_messages(messages: Sequence[Message], hint: str) -> list[Message]:
     return [*out, {"role": "user", "content": note}]
 
 
+class CutOffText(str):
+    """An action whose generation was cut off at the policy's token limit (finish reason ``length``).
+
+    It is the text itself (a ``str``), so every family reads it as before; a family that grades replies as
+    finished text (the conversation rubric) checks :func:`is_cut_off` and does not count a cut reply as complete.
+    """
+
+    __slots__ = ()
+
+
+def is_cut_off(action: Any) -> bool:
+    """Whether ``action`` was marked as cut off at the token limit (:class:`CutOffText`)."""
+    return isinstance(action, CutOffText)
+
+
 def coerce_action(action: Any) -> str:
     """Turn whatever the agent produced into text (bytes are decoded with replacement)."""
     if isinstance(action, str):
@@ -383,11 +402,13 @@ def _message_for(ns: NextState) -> Message:
 def bad_action(
     text: str, directive: str, *, tags: Sequence[str] = (), role: Role = "environment", **judge_inputs: Any
 ) -> NextState:
-    """The next state for malformed agent output: score -1 and a directive that says what was wrong."""
+    """The next state for malformed agent output: score -1, a directive that says what was wrong, and
+    ``action_taken`` False (nothing was carried out)."""
     return NextState(
         text=text,
         role=role,
         evaluative=Evaluative(-1.0, tuple(tags)),
         directive=directive,
         judge_inputs=judge_inputs,
+        action_taken=False,
     )

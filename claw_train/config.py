@@ -76,6 +76,9 @@ class RolloutConfig:
     """Generation budget per turn; None: the family's."""
     max_turns: int | None = None
     """Turn limit per episode; None: the family's, else the env's."""
+    max_idle_episodes: int = 8
+    """Stop the run after this many episodes in which no action was carried out (no command ran, no tool call or
+    answer, no GUI action), before any episode acted: the policy does not produce the family's format; 0: never."""
     rollout_workers: int | None = None
     """Episodes (personal track) or task groups (agent track) in flight at once; None: the family's."""
     ray_address: str | None = None

@@ -70,6 +70,7 @@ class Stats:
                 "episodes": len(self.episode_ids),
                 "episodes_finished": self.counts["episodes"],
                 "turns": self.counts["turns"],
+                "episodes_idle": self.counts["episodes_idle"],
                 "turns_judged": self.counts["samples"] + self.counts["masked"],
                 "turns_scored": self.counts["judged"],
                 "hints": self.counts["hints"],

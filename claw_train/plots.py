@@ -67,6 +67,8 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     table.add_row(
         "episodes", f"{summary.get('episodes', 0)} with a logged turn, {summary.get('episodes_finished', 0)} ended"
     )
+    if summary.get("episodes_idle"):
+        table.add_row("[yellow]episodes with no action carried out[/yellow]", str(summary["episodes_idle"]))
     table.add_row(
         "turns",
         f"{summary.get('turns', 0)} played, {summary.get('turns_judged', 0)} decided, "

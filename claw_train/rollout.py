@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from claw_envs.core import CutOffText
 from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
 from claw_train.records import EpisodeRecord, TurnRecord
 
@@ -117,6 +118,14 @@ def _turn_end(
 # -- episodes ------------------------------------------------------------------------------------
 
 
+def action_text(completion: Completion) -> str:
+    """What the env is sent for ``completion``: its text, marked :class:`~claw_envs.core.CutOffText` when the
+    generation stopped at its token limit (finish reason ``length``), so a family can tell an unfinished reply."""
+    if completion.finish_reason == "length":
+        return CutOffText(completion.text)
+    return completion.text
+
+
 def _tokenizer_of(policy: Policy) -> Any:
     tok = getattr(policy, "tokenizer", None)
     if tok is None:
@@ -170,7 +179,7 @@ class EpisodeAgent:
         self.transcript.add_completion(completion)
         self._pending = (prompt_ids, before, completion)
         self.last = completion
-        return completion.text
+        return action_text(completion)
 
     @property
     def pending(self) -> bool:

@@ -223,3 +223,22 @@ def test_regex_preferences_from_a_persona_file(tmp_path):
     assert [p.name for p in persona.preferences][-2:] == ["says_hi", "casual"]
     assert rubric(persona, "hi, so it's 13", PROBLEM).score == 1.0
     assert rubric(persona, "so it's 13", PROBLEM).met["says_hi"] is False
+
+
+def test_a_reply_cut_at_the_token_limit_is_not_valid_and_meets_nothing():
+    reply = "ok so 12 + 5 is 17, then 17 - 4 is 13, so it's 13."
+    assert rubric(STUDENT, reply, PROBLEM).score == 1.0
+    cut = rubric(STUDENT, reply, PROBLEM, cut_off=True)
+    assert cut.invalid_kind == "cut_off" and not cut.valid and cut.score == 0.0 and not cut.correct
+    assert rubric(STUDENT, "x" * (MAX_REPLY_CHARS + 1), PROBLEM, cut_off=True).invalid_kind == "too_long"
+
+
+def test_a_persona_file_without_a_cut_off_reaction_uses_its_too_long_one(tmp_path):
+    import yaml
+
+    data = yaml.safe_load(STUDENT.source.read_text())
+    del data["reask"]["cut_off"]
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_persona(path).reask["cut_off"] == load_persona(path).reask["too_long"]
+    assert STUDENT.reask["cut_off"] != STUDENT.reask["too_long"]

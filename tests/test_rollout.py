@@ -168,3 +168,16 @@ async def test_mismatched_history_and_tokenless_policies_are_refused(model):
 
     with pytest.raises(PolicyError, match="no tokenizer"):
         EpisodeAgent(NoTokens(), SamplingParams())
+
+
+async def test_conversation_reply_cut_at_the_token_limit_is_not_a_valid_reply(model):
+    env = gym.make("claw/Conversation-v0", max_turns=1)
+    policy = ScriptedPolicy(model, env.unwrapped.reference_action)
+    try:
+        cut = await rollout_episode(env, policy, SamplingParams(max_new_tokens=12), seed=3)
+        whole = await rollout_episode(env, policy, SamplingParams(max_new_tokens=400), seed=3)
+    finally:
+        env.close()
+    assert cut.turns[0].finish_reason == "length" and whole.turns[0].finish_reason == "stop"
+    assert cut.turns[0].next_state.evaluative.score == -1.0 and "cut off" in cut.turns[0].next_state.text
+    assert cut.turns[0].reward == 0.0 and whole.turns[0].reward == 1.0  # the same reply, finished, meets them all

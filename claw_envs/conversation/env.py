@@ -9,7 +9,9 @@ up (still a complaint) and moves on too. Episodes run ``max_turns`` (8) replies,
 
 Reward (for plain Gymnasium users): the personalization rubric score in [0, 1] of the reply just
 given, on the problem it answered. At the end, ``next_state.outcome`` is the mean of those scores.
-``info`` also carries the rubric detail (``rubric``, ``answer_correct``, ``valid_reply``).
+``info`` also carries the rubric detail (``rubric``, ``answer_correct``, ``valid_reply``). A reply the policy's
+generation cut off at its token limit (passed as :class:`~claw_envs.core.CutOffText`) is not valid
+(``invalid_kind="cut_off"``) and scores 0.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from claw_envs.conversation.score import MAX_REPLY_CHARS, rubric
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.simulator import Simulator, Turn, make_simulator
 from claw_envs.conversation.tasks import Problem, StudentWork, builtin_tasks, student_work
-from claw_envs.core import ClawEnv, NextState, Opening, Transition, step_history
+from claw_envs.core import ClawEnv, NextState, Opening, Transition, is_cut_off, step_history
 from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 
@@ -77,7 +79,7 @@ class ConversationEnv(ClawEnv):
     async def _act(self, action: str) -> Transition:
         problem, request = self.problem, self.request
         self.attempt += 1
-        result = rubric(self.persona, action, problem, self.work)
+        result = rubric(self.persona, action, problem, self.work, cut_off=is_cut_off(action))
         self.scores.append(result.score)
         reply = action[:MAX_REPLY_CHARS]
         turn = Turn(

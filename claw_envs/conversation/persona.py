@@ -29,6 +29,8 @@ from claw_envs.conversation.signals import extract_signals
 
 PERSONAS_DIR = Path(__file__).parent / "personas"
 REASK_KINDS = ("missing_answer", "wrong_answer", *INVALID_KINDS)
+OPTIONAL_REASK = {"cut_off": "too_long"}
+"""Reactions a persona file may leave out, and the one used in their place."""
 WELL_FORMED = "a well-formed reply that states a final number"
 _SAMPLE_FIELDS = {
     "question": "Q?",
@@ -159,7 +161,13 @@ def _build(data: Mapping[str, Any], path: Path) -> Persona:
     kind = data.get("kind", "solve")
     if kind not in ("solve", "grade"):
         raise ValueError(f"{where}: kind must be 'solve' or 'grade', not {kind!r}")
-    reask = {k: _phrasing(data["reask"].get(k) or {}, f"{where}: reask.{k}") for k in REASK_KINDS}
+    reask = {
+        k: _phrasing(data["reask"].get(k) or {}, f"{where}: reask.{k}")
+        for k in REASK_KINDS
+        if k in data["reask"] or k not in OPTIONAL_REASK
+    }
+    for k, fallback in OPTIONAL_REASK.items():
+        reask.setdefault(k, reask[fallback])
     prefs = [Preference("well_formed", "well_formed", WELL_FORMED, {}, reask["missing_answer"])]
     for i, item in enumerate(data["preferences"]):
         name = item["name"]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 MAX_REPLY_CHARS = 4000
 """A reply longer than this is not read past this point and is not a valid reply."""
 
-INVALID_KINDS = ("empty", "too_long", "junk", "tool_call", "degenerate", "language", "terse")
+INVALID_KINDS = ("empty", "too_long", "cut_off", "junk", "tool_call", "degenerate", "language", "terse")
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 _ENGLISH = frozenset(
@@ -81,7 +81,8 @@ def _strip_tool_calls(text: str) -> tuple[str, bool]:
 def reply_problem(reply: str) -> str | None:
     """Why ``reply`` is not a valid natural-language reply, or ``None`` when it is.
 
-    One of :data:`INVALID_KINDS`: ``empty``; ``too_long`` (over :data:`MAX_REPLY_CHARS`); ``junk``
+    One of :data:`INVALID_KINDS` but ``cut_off`` (which only :func:`rubric` knows, from the finish reason):
+    ``empty``; ``too_long`` (over :data:`MAX_REPLY_CHARS`); ``junk``
     (undecodable bytes, control characters); ``tool_call`` (only a tool call); ``degenerate`` (no
     words, endless repetition, absurd tokens); ``language`` (not English, or gibberish); ``terse``
     (fewer than two words and numbers together).
@@ -296,16 +297,24 @@ class RubricResult:
         }
 
 
-def rubric(persona: Persona, reply: str, problem: Problem, work: StudentWork | None = None) -> RubricResult:
-    """Score ``reply`` to ``problem`` against ``persona``'s preferences (see the module docstring)."""
+def rubric(
+    persona: Persona, reply: str, problem: Problem, work: StudentWork | None = None, *, cut_off: bool = False
+) -> RubricResult:
+    """Score ``reply`` to ``problem`` against ``persona``'s preferences (see the module docstring).
+
+    ``cut_off``: the generation stopped at its token limit (finish reason ``length``), so the reply is unfinished:
+    it is not valid (``invalid_kind="cut_off"``, unless already ``too_long``) and meets nothing.
+    """
     kind = reply_problem(reply)
+    if cut_off and kind != "too_long":
+        kind = "cut_off"
     if work is None and persona.kind == "grade":
         work = student_work(problem)
     raw: dict[str, bool] = {}
     if kind != "too_long":
         ctx = context(reply, problem, work)
         raw = {p.name: bool(CHECKS[p.check](ctx, **p.params)) for p in persona.preferences}
-    well_formed = raw.get("well_formed", False)
+    well_formed = kind is None and raw.get("well_formed", False)
     met = {p.name: well_formed and raw.get(p.name, False) for p in persona.preferences}
     final = final_number(reply) if kind is None else None
     correct = final is not None and answer_correct(reply, problem.answer)

@@ -171,6 +171,7 @@ class GUIEnv(ClawEnv):
         except ActionError as err:  # nothing was done: the screen is as before
             tr = self._transition(action, before, before, step_signal(error=err, changed=False, passive=False,
                                                                       messages=(), blocked=()), ())  # fmt: skip
+            tr.next_state = dataclasses.replace(tr.next_state, action_taken=False)
         else:
             if parsed.ends_episode:
                 return await self._finish(action, before, gave_up=any(op.name == "fail" for op in parsed.ops))

@@ -184,6 +184,7 @@ class SWEEnv(ClawEnv):
             evaluative=Evaluative(-1.0, (turn.tag,)),
             directive=f"{turn.problem[0].upper()}{turn.problem[1:]}.",
             judge_inputs=self._judge_inputs(action, text),
+            action_taken=False,
         )
         return Transition(observation=text, next_state=ns)
 

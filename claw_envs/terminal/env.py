@@ -260,6 +260,7 @@ class TerminalEnv(ClawEnv):
             evaluative=Evaluative(-1.0, (turn.tag,)),
             directive=f"{turn.problem[0].upper()}{turn.problem[1:]}.",
             judge_inputs=self._judge_inputs(action, text),
+            action_taken=False,
         )
         return Transition(observation=text, next_state=ns)
 
@@ -280,6 +281,7 @@ class TerminalEnv(ClawEnv):
             directive=directive,
             outcome=verdict.outcome,
             judge_inputs=self._judge_inputs(action, text),
+            action_taken=False,  # saying "done" runs nothing
         )
         return Transition(observation=text, next_state=ns, reward=verdict.reward, terminated=True, info=verdict.info)
 

@@ -120,7 +120,7 @@ class ParsedTurn:
 
     text: str
     items: tuple[ToolCall | ToolCallError, ...] = ()
-    format: Literal["hermes", "openai", "none"] = "none"
+    format: Literal["hermes", "openai", "fenced", "none"] = "none"
 
     @property
     def calls(self) -> list[ToolCall]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+_FINAL_LINE = re.compile(
+    r"(?:final answer|the answer is|answer)\s*(?:is|:|=)?\s*\$?(-?[\d,]*\.?\d+(?:/\d+)?)\s*\$?\.?\s*$", re.I | re.M
+)
+_PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py)[ \t]*\n(.*?)```", re.S | re.I)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)
 
@@ -43,3 +47,16 @@ def _brace_pairs(text: str) -> dict[int, int]:
         elif tok == "}" and stack:
             pairs[stack.pop()] = m.start()
     return pairs
+
+
+def final_answer_line(text: str) -> str | None:
+    """The number of the last plain final-answer line ("Final answer: 42", "The answer is 42."), for replies that
+    give no ``\\boxed{}``."""
+    found = _FINAL_LINE.findall(text[-4000:])
+    return found[-1].replace(",", "") if found else None
+
+
+def fenced_python(text: str) -> str | None:
+    """The body of the first closed ```python block of ``text`` (read as a call of the python tool)."""
+    m = _PYTHON_FENCE.search(text)
+    return m.group(1) if m and m.group(1).strip() else None

@@ -1,7 +1,9 @@
 """``claw/ToolCall-v0``: solve a math problem with a sandboxed Python tool, then give a boxed answer.
 
-Each turn the model either calls tools (one or more ``<tool_call>`` blocks, or an OpenAI ``tool_calls``
-message), or answers with ``\\boxed{...}`` and no tool call (a turn with both runs the calls and ignores
+Each turn the model either calls tools (one or more ``<tool_call>`` blocks, an OpenAI ``tool_calls``
+message, or a fenced ```python block, read as one call of the python tool), or answers with ``\\boxed{...}``
+(or, with no box, a last line such as "Final answer: 42"; the tag ``answer_form`` says which was graded) and no
+tool call (a turn with both runs the calls and ignores
 the box, since the model has not seen their results yet). The episode ends at the answer or after
 ``max_turns`` (16) turns.
 
@@ -54,7 +56,7 @@ from claw_envs.toolcall.actions import (
     ToolCallError,
     parse_action,
 )
-from claw_envs.toolcall.boxed import last_boxed
+from claw_envs.toolcall.boxed import fenced_python, final_answer_line, last_boxed
 from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, MathVerifier, grade_answer
 from claw_envs.toolcall.tasks import builtin_tasks, make_arithmetic
 from claw_envs.toolcall.tools import TOOLS, ToolOutput, run_python
@@ -68,8 +70,9 @@ The call must be valid JSON (write newlines inside the code as \\n). Each call r
 process with no network and a {timeout:g}-second limit, and you see only what it prints. You may make \
 up to {calls} calls in a turn ({budget:g} seconds in all) and use up to {turns} turns.
 
-When you are sure of the result, reply without any tool call and put the final answer in \\boxed{{}}, \
-for example \\boxed{{42}}.
+A fenced ```python block is run the same way as a call. When you are sure of the result, reply without any \
+tool call and put the final answer in \\boxed{{}}, for example \\boxed{{42}} (a last line "Final answer: 42" is \
+read too when there is no box).
 
 Available tools (JSON schema):
 {tools}"""
@@ -77,7 +80,7 @@ Available tools (JSON schema):
 NUDGE = (
     "I found no tool call and no final answer. Either run Python with "
     '<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call> '
-    "or give your final answer as \\boxed{...}."
+    "(or a fenced ```python block), or give your final answer as \\boxed{...}."
 )
 
 SCHEMAS = {name: tool.parameters for name, tool in TOOLS.items()}
@@ -135,6 +138,7 @@ class ToolCallEnv(ClawEnv):
             turn_time_budget if turn_time_budget is not None else self.turn_budget_factor * tool_timeout
         )
         self._clean_calls = 0
+        self._answer_form = "boxed"
 
     @classmethod
     def default_tasks(cls, split: str = "train") -> TaskSource:
@@ -171,6 +175,12 @@ class ToolCallEnv(ClawEnv):
     async def _act(self, action: str) -> Transition:
         parsed = parse_action(action, SCHEMAS, id_prefix=f"call_{self.step_index}_", limits=self.parse_limits)
         answer = None if parsed.has_tool_calls else last_boxed(parsed.text)
+        code = None if parsed.has_tool_calls or answer else fenced_python(parsed.text)
+        if code is not None:  # a fenced python block is a call of the python tool
+            call = ToolCall(f"call_{self.step_index}_0", "python", {"code": code}, raw=code)
+            parsed = ParsedTurn(text=parsed.text, items=(call,), format="fenced")
+        elif not parsed.has_tool_calls and not answer and (answer := final_answer_line(parsed.text)):
+            self._answer_form = "final_answer_line"
         if parsed.has_tool_calls:
             tr = await self._tool_turn(action, parsed)
         elif answer and len(answer) > self.max_answer_chars:
@@ -184,7 +194,10 @@ class ToolCallEnv(ClawEnv):
         elif answer:
             tr = await self._answer_turn(action, answer)
         else:  # neither a tool call nor an answer: the agent's error, like any malformed action
-            directive = "Call the python tool in a <tool_call> block, or give the final answer in \\boxed{}."
+            directive = (
+                "Call the python tool in a <tool_call> block or a closed ```python block, or give the final answer "
+                "in \\boxed{}."
+            )
             tr = Transition(
                 observation=NUDGE,
                 next_state=bad_action(NUDGE, directive, tags=("no_action",), **self._judge_inputs(action, NUDGE)),
@@ -242,12 +255,14 @@ class ToolCallEnv(ClawEnv):
             evaluative=Evaluative(min(out.score for _, out in results), tuple(tags)),
             directive="\n".join(directives) or None,
             judge_inputs=self._judge_inputs(action, text),
+            action_taken=any(isinstance(item, ToolCall) for item, _ in results),
         )
         return Transition(observation=text, next_state=ns, messages=self._tool_messages(action, parsed, results))
 
     async def _answer_turn(self, action: str, answer: str) -> Transition:
         grade = await asyncio.to_thread(grade_answer, answer, str(self.task.data["answer"]), self.verifier)
-        tags = (f"answer={'right' if grade.correct else 'wrong'}", f"graded_by={grade.method}")
+        form, self._answer_form = self._answer_form, "boxed"
+        tags = (f"answer={'right' if grade.correct else 'wrong'}", f"graded_by={grade.method}", f"answer_form={form}")
         if grade.correct:
             text, directive = f"The final answer {answer} is correct.", None
         else:

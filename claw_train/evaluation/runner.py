@@ -25,6 +25,7 @@ from claw_envs.tasks import Task, TaskSource
 from claw_train.evaluation.metrics import summarize
 from claw_train.logs import json_line
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
+from claw_train.rollout import action_text
 
 TURN_SEED_STRIDE = 1_000_003
 
@@ -79,7 +80,7 @@ async def evaluate(
                 turn = sum(m.get("role") == "assistant" for m in info["messages"])
                 params = dataclasses.replace(sampling, seed=episode_seed + turn * TURN_SEED_STRIDE)
                 try:
-                    return (await policy.generate(info["messages"], params)).text
+                    return action_text(await policy.generate(info["messages"], params))
                 except PolicyError as err:
                     failures.append(str(err))
                     return ""

@@ -364,7 +364,7 @@ class Pipeline:
             shape,
             turns=self.turns,
             control=self.control,
-            failures=FailureMonitor(self.control, self.stats),
+            failures=FailureMonitor(self.control, self.stats, self.rollout.max_idle_episodes),
             stats=self.stats,
             sampling=self.sampling,
             rng=rng,

@@ -75,6 +75,7 @@ class EpisodeReport:
     outcome: float | None = None
     policy_error: str | None = None
     policy_down: bool = False  # the policy failed its health probe too: the run must stop
+    acted: bool | None = None  # whether any step's action was carried out (NextState.action_taken); None: unknown
 
     def raised(self) -> PolicyError | None:
         """The policy error as the trainer's process handles it (``PolicyDown`` stops the run)."""
@@ -142,7 +143,9 @@ class LocalEpisodes:
             agent.release_unheld()
         final = result.infos[-1].get("next_state") if result.infos else None
         outcome = final.outcome if final is not None else None
-        return EpisodeReport(len(agent.turns), result.status, result.error, outcome)
+        states = [ns for info in result.infos if (ns := info.get("next_state")) is not None]
+        acted = any(ns.action_taken for ns in states) if states else None
+        return EpisodeReport(len(agent.turns), result.status, result.error, outcome, acted=acted)
 
     async def aclose(self) -> None:
         """Close the pool's envs."""

@@ -10,15 +10,40 @@ GENERATION_FAILURE_STREAK = 32  # episodes in a row whose generation failed (the
 ENV_FAILURE_STREAK = 8  # episodes in a row that fail before any succeeded: the env is broken, stop
 
 
-class FailureMonitor:
-    """Counts the streaks and stops the run through ``control`` when one is too long."""
+MAX_IDLE_EPISODES = 8  # default: episodes with no action carried out, before any episode acted, that stop the run
 
-    def __init__(self, control: RunControl, stats: Stats):
+
+class FailureMonitor:
+    """Counts the streaks and stops the run through ``control`` when one is too long; ``max_idle_episodes``:
+    episodes in a row with no action carried out, before any episode acted, that stop it (0: never)."""
+
+    def __init__(self, control: RunControl, stats: Stats, max_idle_episodes: int = MAX_IDLE_EPISODES):
         self.control = control
         self.stats = stats
+        self.max_idle_episodes = max_idle_episodes
         self.env_failures = 0
         self.env_ok = False
         self.generation_failures = 0
+        self.idle_episodes = 0
+        self.acted = False
+
+    def episode_played(self, acted: bool | None) -> None:
+        """An episode ended: ``acted`` whether any of its actions was carried out (``None``: not known). Until one
+        acts, ``max_idle_episodes`` episodes that did not stop the run: it would train on noise."""
+        if acted is None or self.acted:
+            return
+        if acted:
+            self.acted = True
+            return
+        self.idle_episodes += 1
+        self.stats.add("episodes_idle")
+        if self.max_idle_episodes and self.idle_episodes >= self.max_idle_episodes:
+            self.control.request_stop(
+                "no_action",
+                f"no action was carried out in any of the first {self.idle_episodes} episodes (no command ran, no "
+                "tool call or answer, no GUI action): the policy does not produce this family's action format, so "
+                "training would learn from noise (--max-idle-episodes 0 goes on anyway)",
+            )
 
     def env_failed(self, error: str) -> None:
         """An episode failed in the env: after a streak with no success ever, the env is broken — stop."""

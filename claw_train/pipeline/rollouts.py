@@ -134,6 +134,7 @@ class EnvRollouts:
             self.failures.env_failed(report.error or report.status)
         else:
             self.failures.env_succeeded()
+            self.failures.episode_played(report.acted)
         return report.turns
 
     async def play_group(self) -> list[list[TurnRecord]]:
