@@ -41,9 +41,10 @@ def test_claw_train_gui_end_to_end_then_claw_eval(tmp_path):
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"
     config.write_text("max_new_tokens: 16\nmax_turns: 2\nreport_to: none\n")  # the env defaults otherwise
+    # tiny acts on no page (its replies parse as no action): the idle stop is off, this test is about the plumbing
     proc = subprocess.run(
         [str(BIN / "claw-train"), "--env", "gui", "--model", "tiny", "--updates", "2", "--output-dir", str(out),
-         "--config", str(config), "--no-display"],
+         "--config", str(config), "--no-display", "--max-idle-episodes", "0"],
         capture_output=True, text=True, timeout=220, env=ENV,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

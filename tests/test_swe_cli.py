@@ -91,9 +91,25 @@ def test_claw_train_swe_end_to_end(cli_env, tmp_path):
     config = tmp_path / "cfg.yaml"
     config.write_text("max_new_tokens: 16\nmax_turns: 2\nsamples_per_step: 8\nreport_to: none\n")
     args = [str(BIN / "claw-train"), "--env", "swe", "--model", "tiny", "--updates", "2", "--output-dir", str(out)]
-    proc = run([*args, "--config", str(config), "--no-display"], cli_env, timeout=280)
+    # tiny runs no command here: the idle stop is off, this test is about the plumbing (the next test: the stop)
+    proc = run([*args, "--config", str(config), "--no-display", "--max-idle-episodes", "0"], cli_env, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [e["update"] for e in Ledger(out / "ledger.jsonl").effective()] == [1, 2]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "done" and summary["updates"] == 2
     assert json.loads((out / "run.json").read_text())["env"] == "claw/SWE-v0"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_whose_policy_never_runs_a_command_stops_and_says_so(cli_env, tmp_path):
+    pytest.importorskip("trl")
+    out = tmp_path / "run"
+    config = tmp_path / "cfg.yaml"
+    config.write_text("max_new_tokens: 16\nmax_turns: 1\nsamples_per_step: 4\nreport_to: none\n")
+    args = [str(BIN / "claw-train"), "--env", "swe", "--model", "tiny", "--updates", "50", "--output-dir", str(out)]
+    proc = run([*args, "--config", str(config), "--no-display", "--max-idle-episodes", "2"], cli_env, timeout=280)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no action was carried out in any of the first 2 episodes" in " ".join(proc.stdout.split())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "no_action" and summary["updates"] < 50, summary
