@@ -25,6 +25,7 @@ import functools
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -156,12 +157,23 @@ def _mounts_under(root: Path) -> list[str]:
 
 
 def _remove_tree(root: Path) -> None:
-    """Delete ``root`` even when a command left directories without write permission."""
+    """Delete ``root`` even when a command left directories without write permission.
 
-    def fix(func, path, _exc):  # type: ignore[no-untyped-def]
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
+    Only directories inside ``root`` (``root`` included) are made writable, never ``root``'s parent nor what a
+    symlink points to; a ``root`` already gone (another process swept it first) is not an error.
+    """
+    top = os.fspath(root)
+
+    def inside(path: str) -> bool:
+        return path == top or path.startswith(top + os.sep)
+
+    def fix(func, path, exc):  # type: ignore[no-untyped-def]
+        if isinstance(exc[1] if isinstance(exc, tuple) else exc, FileNotFoundError):
+            return
+        for folder in (os.path.dirname(path), path):
+            with contextlib.suppress(OSError):
+                if inside(folder) and stat.S_ISDIR(os.lstat(folder).st_mode):
+                    os.chmod(folder, 0o700)
         with contextlib.suppress(OSError):
             func(path)
 

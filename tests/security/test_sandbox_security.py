@@ -10,8 +10,10 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import uuid
 import warnings
 from pathlib import Path
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from claw_envs.sandbox import LocalSandbox, layout
-from claw_envs.sandbox.folders import OWNER, sweep_orphans
+from claw_envs.sandbox.folders import OWNER, remove_folder, sweep_orphans
 from claw_envs.terminal.signals import report
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -237,6 +239,32 @@ def test_orphaned_folders_are_swept_on_start_and_live_ones_kept(tmp_path):
         alive.kill()
         alive.wait()
     assert sweep_orphans() and not alive_root.exists() and mounts_under(alive_root) == []
+
+
+def test_removing_a_folder_never_changes_modes_outside_it(tmp_path):
+    """Removal makes only the folder's own directories writable: a folder another process swept first leaves its
+    parent as it was (it once made the temp dir 0700, which stopped every later sandbox starting as nobody), and
+    a symlink in a read-only directory leaves the host file it names as it was."""
+    parent = tmp_path / "parent"
+    parent.mkdir(mode=0o755)
+    parent.chmod(0o755)
+    remove_folder(parent / "claw-sandbox-gone")
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o755
+
+    host_file = tmp_path / "host.txt"
+    host_file.write_text("host")
+    host_file.chmod(0o644)
+    folder = parent / "claw-sandbox-left"
+    (folder / "locked").mkdir(parents=True)
+    (folder / "locked" / "link").symlink_to(host_file)
+    (folder / "locked" / "sub").mkdir()
+    (folder / "locked" / "sub").chmod(0o000)
+    (folder / "locked").chmod(0o555)
+    remove_folder(folder)
+    assert not folder.exists()
+    assert stat.S_IMODE(host_file.stat().st_mode) == 0o644 and host_file.read_text() == "host"
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(Path(tempfile.gettempdir()).stat().st_mode) & 0o001  # others may still traverse it
 
 
 # -- long commands ------------------------------------------------------------------------------------
