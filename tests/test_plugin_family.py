@@ -44,7 +44,10 @@ class ParityEnv(ClawEnv):
             ns = NextState("Even: good.", evaluative=Evaluative(1.0, ("even",)), outcome=1.0,
                            judge_inputs={**inputs, "result": "Even: good."})
             return Transition("Even: good.", ns, reward=1.0, terminated=True)
-        ns = bad_action("Odd.", "Reply with an even number of characters.", tags=("odd",), result="Odd.", **inputs)
+        if not action.strip():
+            return Transition("Say something.", bad_action("Say something.", "Reply with a few words.", **inputs))
+        ns = NextState("Odd.", evaluative=Evaluative(-1.0, ("odd",)), directive="Reply with an even length.",
+                       judge_inputs={**inputs, "result": "Odd."})
         return Transition("Odd.", ns)
 
     def _final_outcome(self):

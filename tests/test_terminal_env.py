@@ -316,9 +316,10 @@ def test_claw_train_then_claw_eval_on_a_folder_of_task_folders(tmp_path):
     config.write_text("max_new_tokens: 16\nmax_turns: 2\nreport_to: none\nsamples_per_step: 4\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     bin_dir = Path(sys.executable).parent
+    # tiny runs no command in 16 tokens here: the idle stop is off, this test is about the plumbing
     proc = subprocess.run(
         [str(bin_dir / "claw-train"), "--env", "terminal", "--tasks", tasks, "--model", model, "--updates", "2",
-         "--output-dir", str(out), "--config", str(config), "--no-display"],
+         "--output-dir", str(out), "--config", str(config), "--no-display", "--max-idle-episodes", "0"],
         capture_output=True, text=True, timeout=170, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
