@@ -433,10 +433,11 @@ class LocalSandbox(Sandbox):
     # -- collecting output and cleaning up ---------------------------------------------------
 
     def _kill_tree(self, proc: subprocess.Popen, run_id: str, cgroup: RunCgroup | None) -> None:
-        """SIGKILL the command's process group, its cgroup, and (without bwrap) anything carrying its marker."""
+        """SIGKILL the command's process group, its cgroup, and anything carrying its marker: without bwrap a
+        daemon that left the group; with it, a child that bwrap, if killed while starting up, may not yet have tied
+        to its own death (once, under CI load, a command killed at its deadline still wrote its file)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         if cgroup is not None:
             cgroup.kill_all()
-        if self.isolation != "bwrap":
-            kill_marked(run_id)
+        kill_marked(run_id)
