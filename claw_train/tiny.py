@@ -16,20 +16,20 @@ file lock keeps two processes from building the same thing at once.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import json
 import math
 import os
 import random
-import shutil
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from claw_train.model_cache import cached_build
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Control tokens (skipped by ``decode(..., skip_special_tokens=True)``)."""
@@ -105,7 +105,7 @@ def build_tiny(cache_dir: str | os.PathLike[str] | None = None, *, spec: TinySpe
     key = _digest(
         {"kind": "base", "spec": asdict(spec), "corpus": _digest(list(corpus)), "template": template, "src": _source()}
     )
-    return _cached(root, f"base-{key}", lambda out: _build_base(out, corpus, template, spec))
+    return cached_build(root, f"base-{key}", lambda out: _build_base(out, corpus, template, spec), marker=MARKER)
 
 
 def bootstrap(
@@ -138,10 +138,11 @@ def bootstrap(
         {"kind": "bootstrap", "base": base.name, "env": env_id, "data": _digest(examples), "settings": asdict(settings)}
     )
     name = f"{env_id.split('/')[-1].split('-')[0].lower()}-{key}"
-    return _cached(
+    return cached_build(
         _cache_root(cache_dir),
         name,
         lambda out: _train(base, out, examples, settings, env_id, progress=progress, threads=threads),
+        marker=MARKER,
     )
 
 
@@ -350,28 +351,6 @@ def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
     root = Path(cache_dir or os.environ.get("CLAW_TINY_CACHE") or DEFAULT_CACHE_ROOT).expanduser()
     root.mkdir(parents=True, exist_ok=True)
     return root
-
-
-def _cached(root: Path, name: str, build: Any) -> Path:
-    """Return ``root/name`` if complete; else build it under a file lock into a temp dir and rename."""
-    final = root / name
-    if (final / MARKER).exists():
-        return final
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / MARKER).exists():
-            return final
-        tmp = root / f"{name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            build(tmp)
-            (tmp / MARKER).write_text(json.dumps({"name": name, "built_at": time.time()}))
-            shutil.rmtree(final, ignore_errors=True)
-            tmp.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def _digest(obj: Any) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from claw_train.argv import parse
 from claw_train.config import ConfigError, ServeArgs, resolve
+from claw_train.named_models import builds_here, first_use_line
 
 HELP = """\
 claw-serve: an OpenAI-compatible server (POST /v1/chat/completions, GET /v1/models, /healthz, /metrics) in front
@@ -61,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))
-    if args.run.model == "tiny":
+    if builds_here(args.run.model):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers.utils import logging as hf_logging
 
@@ -87,14 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     model_path = None
-    if args.run.model == "tiny":
+    if builds_here(args.run.model):
         from claw_train.policy.loader import resolve_model
 
-        say("tiny model: the cached build, or a few minutes to build and bootstrap it on first use")
+        say(first_use_line(args.run.model))
         try:
-            model_path = resolve_model("tiny", family=spec.name, progress=True, say=say)
+            model_path = resolve_model(args.run.model, family=spec.name, progress=True, say=say)
         except PolicyError as err:
-            say(f"cannot build the tiny model: {err}")
+            say(f"cannot build the {args.run.model} model: {err}")
             return 1
     out = args.run.output_dir or "runs/serve"
     from claw_train.config import replace

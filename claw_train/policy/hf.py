@@ -1,5 +1,6 @@
-"""Hugging Face model I/O: load a causal LM and its tokenizer (from a hub id or a local folder) with clear
-``PolicyError`` messages, and read published weights (a state dict or a folder of safetensors) into a model."""
+"""Hugging Face model I/O: load a causal LM and its tokenizer (from a hub id, a local folder, or a LoRA checkpoint
+folder that names its base model) with clear ``PolicyError`` messages, and read published weights (a state dict or a
+folder of safetensors) into a model."""
 
 from __future__ import annotations
 
@@ -32,10 +33,43 @@ def hub_unreachable(model_id: str, err: BaseException) -> str:
     )
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def adapter_base(model_path: str) -> str | None:
+    """The base model of a LoRA checkpoint folder (an adapter with no ``config.json`` of its own), else ``None``.
+
+    A base that was a named model's cached conversion is converted again when its folder has gone.
+    """
+    path = Path(model_path).expanduser()
+    if not (path / ADAPTER_CONFIG).is_file() or (path / "config.json").is_file():
+        return None
+    try:
+        base = json.loads((path / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise PolicyError(f"{model_path!r}: {ADAPTER_CONFIG} names no base model ({err})") from err
+    if not isinstance(base, str) or not base:
+        raise PolicyError(f"{model_path!r}: {ADAPTER_CONFIG} names no base model")
+    if not Path(base).expanduser().exists():
+        from claw_train.named_models import NAMED, fetch_named
+
+        for named in NAMED.values():
+            if Path(base).name == f"{named.name}-{named.sha256[:12]}":
+                return str(fetch_named(named.name, progress=False))
+    return base
+
+
 def _check_causal_lm(model_path: str) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+    base = adapter_base(model_path)
+    if base is not None:
+        try:
+            _check_causal_lm(base)
+        except PolicyError as err:
+            raise PolicyError(f"the LoRA checkpoint {model_path!r} cannot be rebuilt on its base model: {err}") from err
+        return
     path = _local_path(model_path)
     if path is not None:
         if not path.is_dir():
@@ -57,15 +91,28 @@ def _check_causal_lm(model_path: str) -> None:
 
 
 def load_causal_lm(model_path: str, *, device: Any = "cpu", dtype: Any = None) -> Any:
-    """``AutoModelForCausalLM.from_pretrained`` with clear ``PolicyError`` messages; eval mode on ``device``."""
-    from transformers import AutoModelForCausalLM
+    """``AutoModelForCausalLM.from_pretrained`` with clear ``PolicyError`` messages; eval mode on ``device``.
 
+    A LoRA checkpoint folder loads its base model and merges the adapter in."""
     _check_causal_lm(model_path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        model = from_pretrained_merged(model_path, dtype=dtype)
     except Exception as err:
         raise PolicyError(f"cannot load the causal LM at {model_path!r}: {type(err).__name__}: {err}") from err
     return model.to(device).eval()
+
+
+def from_pretrained_merged(model_path: str, *, dtype: Any = None) -> Any:
+    """``AutoModelForCausalLM.from_pretrained``; for a LoRA checkpoint, its base with the adapter merged in."""
+    from transformers import AutoModelForCausalLM
+
+    base = adapter_base(model_path)
+    model = AutoModelForCausalLM.from_pretrained(base or model_path, dtype=dtype)
+    if base is None:
+        return model
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, model_path).merge_and_unload()
 
 
 def load_tokenizer(model_path: str) -> Any:

