@@ -169,6 +169,7 @@ class _Hinted:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # it builds, or waits under the cache lock for, the 1,500-step bootstrap (as the demo test)
 async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hints():
     """The real bootstrap, the one `make demo` trains (the family's bootstrap steps, cached): held-out problems,
     first replies, the student persona's rubric. Un-hinted the model writes mostly like an assistant;
