@@ -122,9 +122,11 @@ def test_terminal_trains_on_a_task_file_of_your_own(tmp_path):
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = str(bootstrap("terminal", steps=2, progress=False))
     out = tmp_path / "run"
+    # a 2-step bootstrap runs no command yet: the idle stop is off, this test is about reading the user's tasks
     proc = subprocess.run(
         [str(BIN / "claw-train"), "--env", "terminal", "--tasks", str(tmp_path / "tasks.jsonl"), "--model", model,
-         "--updates", "1", "--samples-per-step", "4", "--report-to", "none", "--output-dir", str(out)],
+         "--updates", "1", "--samples-per-step", "4", "--report-to", "none", "--output-dir", str(out),
+         "--max-idle-episodes", "0"],
         capture_output=True, text=True, timeout=580, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
