@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import tyro
 
 from claw_train.advantages import METHODS, Method
-from claw_train.presets import preset_for
+from claw_train.presets import preset, preset_for
 
 if TYPE_CHECKING:
     from claw_envs import FamilySpec
@@ -71,8 +71,9 @@ class RolloutConfig:
     """Extra env constructor arguments, KEY VALUE pairs (values read as YAML scalars)."""
     repos: str | None = None
     """Repository source of envs that take one: a directory of owner__name clones or a git URL template."""
-    temperature: float = 1.0
-    """Sampling temperature (training needs > 0)."""
+    temperature: float | None = None
+    """Sampling temperature of trained turns (> 0); None: the model's preset (tiny 1.0, a real model 0.6 as the
+    paper's rollouts; 1.0 with --policy sglang://, which scores prompts at temperature 1 only)."""
     max_new_tokens: int | None = None
     """Generation budget per turn; None: the family's."""
     max_turns: int | None = None
@@ -122,15 +123,19 @@ class TrainingConfig:
     prm_c: float = 1.0
     """Agent track: reward = outcome + prm_c * PRM score."""
     lr: float | None = None
-    """Learning rate; None: the model's preset."""
-    lora: bool = False
-    """Train LoRA adapters (PEFT) instead of all weights."""
+    """Learning rate; None: the model's preset (tiny 6e-4, a model under 1B parameters 2e-4 with LoRA, larger 1e-5)."""
+    lora: Annotated[bool | None, tyro.conf.arg(constructor=bool)] = None
+    """Train LoRA adapters (PEFT) instead of all weights; None: the model's preset (on for a real model under 1B
+    parameters, such as smollm2)."""
     lora_rank: int = 16
     """LoRA rank r."""
     lora_alpha: int = 32
     """LoRA alpha."""
     lora_targets: str = "all-linear"
     """Modules that get adapters: all-linear or comma-separated names (q_proj,v_proj)."""
+    merge: bool = False
+    """With LoRA: each checkpoint also holds merged/, the model with the adapter merged in (a plain Hugging Face
+    folder for tools that do not read adapters; claw's own commands load the adapter either way)."""
     checkpoint_every: int = 4
     """Checkpoint every K updates."""
     resume: bool = False
@@ -165,6 +170,10 @@ class EvalConfig:
     """Seed of the evaluation's episodes and sampling (fixed, so evaluations compare)."""
     eval_split: str = "test"
     """Task split to evaluate on."""
+    eval_temperature: float | None = None
+    """Sampling temperature of evaluations; None: 0 (greedy, the model's most likely reply: pass@1) with --eval-k 1
+    on a real model, else the rollout temperature (tiny's tables were measured sampling at 1.0); claw-eval: its
+    --temperature when given."""
 
 
 @dataclass
@@ -324,6 +333,7 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
     """``args`` with every ``None`` default filled in from the family's spec and the command, checked."""
     fam = spec.training
     values: dict[str, Any] = {"max_new_tokens": fam.max_new_tokens, "max_turns": fam.max_turns}
+    values |= _model_defaults(args, command)
     values["rollout_workers"] = fam.rollout_workers
     if command != "eval":
         values |= {
@@ -340,6 +350,24 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
     filled = {k: v for k, v in values.items() if k in table and get(args, k) is None}
     out = replace(args, **filled)
     check(out)
+    return out
+
+
+def _model_defaults(args: Any, command: str) -> dict[str, Any]:
+    """The model preset's values of the options left at None (:mod:`claw_train.presets`)."""
+    model = preset(args.run.model)
+    given = args.rollout.temperature
+    remote_sglang = args.run.policy.startswith("sglang://")
+    temperature = given if given is not None else 1.0 if remote_sglang else model.temperature
+    out: dict[str, Any] = {"temperature": temperature}
+    if command != "eval":
+        out |= {"lr": model.optimizer["learning_rate"], "lora": model.lora}
+    if hasattr(args, "evaluation"):
+        own = model.eval_temperature is not None and args.evaluation.eval_k == 1
+        if command == "eval" and given is not None:
+            out["eval_temperature"] = given
+        else:
+            out["eval_temperature"] = model.eval_temperature if own else temperature
     return out
 
 
@@ -387,6 +415,8 @@ def check(args: Any) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be {f'at least {low}' if low else '>= 0'}, got {value}")
     if get(args, "temperature") <= 0 and "method" in table:
         raise ConfigError(f"--temperature must be > 0 for training (log-probs need it), got {get(args, 'temperature')}")
+    if "merge" in table and get(args, "merge") and get(args, "lora") is False:
+        raise ConfigError("--merge needs LoRA (--lora): a full fine-tune's checkpoint is the whole model already")
     if "port" in table and not 0 <= get(args, "port") <= 65535:
         raise ConfigError(f"--port must be a TCP port, 0 to 65535 (0: any free one), got {get(args, 'port')}")
     if "method" in table and (method := get(args, "method")) is not None and method not in METHODS:

@@ -168,8 +168,16 @@ def _convert(gguf: Path, out: Path) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"  # the GGUF reader's own bar (plain tqdm); our progress lines say what happens
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    finally:
+        if before is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = before
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

@@ -88,7 +88,7 @@ class ClawConfig(GRPOConfig):
     @classmethod
     def for_model(cls, model: str | Path, output_dir: str | Path, **overrides: Any) -> ClawConfig:
         """A config with the model's preset applied, then ``overrides``."""
-        values = {**PRESETS[preset_for(model)], **overrides}
+        values = {**PRESETS[preset_for(model)].optimizer, **overrides}
         return cls(output_dir=str(output_dir), **values)
 
 
@@ -324,6 +324,18 @@ def serving_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             clean = key.removeprefix("base_model.model.").replace(".base_layer.", ".")
             out[clean] = tensor
     return out
+
+
+class MergedCopy(TrainerCallback):
+    """``--merge``: each LoRA checkpoint also holds ``merged/``, the model with the adapter merged in (a plain Hugging
+    Face folder with its tokenizer, for tools that do not read adapters)."""
+
+    def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / "merged"
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base.save_pretrained(path, state_dict=serving_state_dict(model))
+        if (tokenizer := kwargs.get("processing_class")) is not None:
+            tokenizer.save_pretrained(path)
 
 
 class WeightPublisher(TrainerCallback):

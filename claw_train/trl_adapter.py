@@ -100,8 +100,9 @@ class FedGRPOTrainer(GRPOTrainer):
         return self._get_per_token_logps_and_entropies(model, ids, mask, keep, batch_size=ids.size(0))[0]
 
     def save_checkpoint(self) -> None:
-        """Save a checkpoint of the current step, as TRL's schedule would."""
+        """Save a checkpoint of the current step, as TRL's schedule would (its callbacks' ``on_save`` included)."""
         self._save_checkpoint(self.model, trial=None)
+        self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
 
 __all__ = ["BATCH_KEYS", "PINNED", "FedGRPOTrainer", "GRPOConfig", "private_api_problems", "use_adapter"]

@@ -112,7 +112,7 @@ def test_conversation_cli_end_to_end(models, tmp_path):
 # tiny's tool calls are mostly unreadable: the idle stop is off, this test is about the plumbing
 @pytest.mark.parametrize(
     ("family", "extra"),
-    [("toolcall", {"max_turns": 2, "max_idle_episodes": 0}), ("echo", {"sync": True, "lora": True})],
+    [("toolcall", {"max_turns": 2, "max_idle_episodes": 0}), ("echo", {"sync": True, "lora": True, "merge": True})],
 )
 def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
     if family == "toolcall" and not _has_bwrap():
@@ -140,6 +140,25 @@ def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
     assert summary["judge_positive_rate"] == pytest.approx(sum(s > 0 for s in scores) / len(scores))
     assert summary["episodes_with_outcome"] >= 1 and summary["mean_outcome"] is not None
     assert summary["paths"]["tensorboard"] == str(out / "tensorboard")
+    if extra.get("merge"):  # --merge: the LoRA checkpoint also holds the merged model, equal to base + adapter
+        check_merged_copy(out / "checkpoints" / "checkpoint-2")
+
+
+def check_merged_copy(checkpoint: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from claw_train.policy.hf import load_causal_lm
+
+    assert (checkpoint / "adapter_config.json").exists() and not (checkpoint / "config.json").exists()
+    merged = checkpoint / "merged"
+    assert (merged / "config.json").exists() and (merged / "tokenizer_config.json").exists()
+    assert not (merged / "adapter_config.json").exists()
+    ids = torch.tensor([[1, 5, 9, 14, 3]])
+    with torch.no_grad():
+        plain = AutoModelForCausalLM.from_pretrained(merged).eval()(ids).logits
+        adapted = load_causal_lm(str(checkpoint))(ids).logits
+    assert torch.allclose(plain, adapted, atol=1e-4)
 
 
 def test_sync_round_longer_than_staleness_does_not_stall(models, tmp_path):

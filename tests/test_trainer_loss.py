@@ -5,6 +5,7 @@ A tiny Qwen3 (a few thousand parameters) built in the test keeps this file fast.
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -417,10 +418,14 @@ def test_config_defaults_and_presets(tmp_path):
     tiny = ClawConfig.for_model("tiny", tmp_path, report_to="none", per_device_train_batch_size=4)
     assert tiny.learning_rate != cfg.learning_rate
     assert tiny.gradient_accumulation_steps == 4 and tiny.steps_per_generation == 4
-    for hidden, preset_lr in ((128, tiny.learning_rate), (2560, 1e-5)):  # a local model: preset by its width
+    small = ClawConfig.for_model("smollm2", tmp_path, report_to="none").learning_rate
+    assert tiny.learning_rate != small != cfg.learning_rate
+    # a local model: tiny by its width, else small or the paper's by its estimated size
+    for hidden, layers, preset_lr in ((128, 2, tiny.learning_rate), (576, 30, small), (2560, 36, 1e-5)):
         model_dir = tmp_path / f"model-{hidden}"
         model_dir.mkdir()
-        (model_dir / "config.json").write_text(f'{{"model_type": "qwen3", "hidden_size": {hidden}}}')
+        sizes = {"hidden_size": hidden, "num_hidden_layers": layers, "intermediate_size": 3 * hidden}
+        (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen3", "vocab_size": 49152, **sizes}))
         assert ClawConfig.for_model(model_dir, tmp_path, report_to="none").learning_rate == preset_lr
     with pytest.raises(ValueError, match="method"):  # the one definition of a method refuses it
         MethodSettings("ppo")

@@ -121,7 +121,7 @@ def _report(args: EvalArgs, spec: Any, tasks: Any, console: Console) -> Any:
             except ValueError as err:
                 raise ConfigError(f"{flag}: {err}") from None
     policy = _policy(args, spec, ext, tasks)
-    sampling = SamplingParams(max_new_tokens=args.rollout.max_new_tokens, temperature=args.rollout.temperature)
+    sampling = SamplingParams(max_new_tokens=args.rollout.max_new_tokens, temperature=ev.eval_temperature)
     total = len(ext.select(tasks, ev.eval_n)) * ev.eval_k
     progress = Progress(f"{spec.name}: {total} episodes", total, console=console)
 

@@ -81,7 +81,7 @@ class Evaluations:
             n=ev.eval_n,
             k=ev.eval_k,
             seed=ev.eval_seed,
-            sampling=dataclasses.replace(self.sampling, seed=ev.eval_seed),
+            sampling=dataclasses.replace(self.sampling, seed=ev.eval_seed, temperature=ev.eval_temperature),
             extension=extension,
             env_kwargs=kwargs,
         )

@@ -181,7 +181,7 @@ class TrainerThread:
 
         from claw_train.policy.hf import from_pretrained_merged
         from claw_train.replay import Replay, replay_rows
-        from claw_train.trainer import ClawTrainer, WeightPublisher
+        from claw_train.trainer import ClawTrainer, MergedCopy, WeightPublisher
         from claw_train.trainer_options import grpo_config, lora_config
 
         s = self.setup
@@ -196,6 +196,7 @@ class TrainerThread:
         model = from_pretrained_merged(model_path, dtype=dtype)  # a LoRA checkpoint continues merged
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         callbacks = [WeightPublisher(self._publish, to_disk=s.weights_dir), _glue_callback(self)] if lead else []
+        callbacks += [MergedCopy()] if lead and s.training.merge else []
         rows = replay_rows(s.training, s.spec, s.model)
         replay = Replay(rows, tokenizer, coef=s.training.replay or 0.0, seed=s.seed) if rows else None
         return ClawTrainer(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,10 @@ def load_causal_lm(model_path: str, *, device: Any = "cpu", dtype: Any = None) -
 def from_pretrained_merged(model_path: str, *, dtype: Any = None) -> Any:
     """``AutoModelForCausalLM.from_pretrained``; for a LoRA checkpoint, its base with the adapter merged in."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    if not sys.stderr.isatty():  # its "Loading weights" bar is noise in a pipe or a log file
+        hf_logging.disable_progress_bar()
     base = adapter_base(model_path)
     model = AutoModelForCausalLM.from_pretrained(base or model_path, dtype=dtype)
     if base is None:
