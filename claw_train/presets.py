@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from claw_train.checkpoints import last_checkpoint
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -57,12 +59,20 @@ SMALL_NAMED = ("smollm2",)  # named models (claw_train.named_models) of the smal
 
 def preset_for(model: str | Path) -> str:
     """The preset's name for a model spec: by name (``tiny``, a named model), else by the size its
-    ``config.json`` gives (a local folder, or a hub id already in the Hugging Face cache); unknown: the paper's."""
+    ``config.json`` gives (a local folder, a hub id already in the Hugging Face cache, a LoRA checkpoint's base, a
+    run folder's last checkpoint); unknown: the paper's."""
     if str(model) == "tiny":
         return "tiny"
     if str(model) in SMALL_NAMED:
         return "small"
-    config = _config(model)
+    folder = _model_folder(Path(model).expanduser())
+    base = _json(folder / "adapter_config.json").get("base_model_name_or_path")
+    if base and not (folder / "config.json").is_file():  # a LoRA checkpoint: its base's preset
+        named = Path(str(base)).name.split("-")[0]  # a named model's cache folder is <name>-<sha256 prefix>
+        return "small" if named in SMALL_NAMED and not Path(str(base)).exists() else preset_for(str(base))
+    config = _json(folder / "config.json")
+    if not config and "/" in str(model) and not folder.exists():
+        config = _json(_cached_hub_config(str(model)) or folder / "config.json")
     hidden = config.get("hidden_size")
     if isinstance(hidden, int) and hidden <= TINY_HIDDEN_SIZE:
         return "tiny"
@@ -87,10 +97,14 @@ def parameters(config: dict[str, Any]) -> int | None:
     return vocab * hidden + layers * (4 * hidden * hidden + 3 * hidden * inner)
 
 
-def _config(model: str | Path) -> dict[str, Any]:
-    path = Path(model).expanduser() / "config.json"
-    if not path.is_file() and "/" in str(model) and not Path(model).expanduser().exists():
-        path = _cached_hub_config(str(model)) or path
+def _model_folder(path: Path) -> Path:
+    """A claw-train run folder's last checkpoint, else ``path``."""
+    if (path / "run.json").is_file() and (path / "checkpoints").is_dir():
+        return last_checkpoint(path / "checkpoints") or path
+    return path
+
+
+def _json(path: Path) -> dict[str, Any]:
     try:
         loaded = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):

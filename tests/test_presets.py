@@ -25,6 +25,20 @@ def test_each_model_class_gets_its_preset_without_loading_it(tmp_path):
         assert preset_for(folder) == expected
 
 
+def test_a_lora_checkpoint_or_run_folder_gets_its_base_models_preset(tmp_path):
+    tiny_base = tmp_path / "tiny-base"
+    tiny_base.mkdir()
+    (tiny_base / "config.json").write_text(json.dumps({"hidden_size": 128, "num_hidden_layers": 2}))
+    for base, expected in ((tiny_base, "tiny"), (tmp_path / "gone" / "smollm2-b179c9523d0e", "small")):
+        run = tmp_path / f"run-{expected}"
+        checkpoint = run / "checkpoints" / "checkpoint-2"
+        checkpoint.mkdir(parents=True)
+        (run / "run.json").write_text("{}")
+        (checkpoint / "trainer_state.json").write_text('{"global_step": 2}')
+        (checkpoint / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base)}))
+        assert preset_for(checkpoint) == expected and preset_for(run) == expected  # gone: re-fetched by name
+
+
 def test_a_run_resolves_and_records_the_presets_values():
     smol = build(TrainArgs, command="train", env="echo", model="smollm2")
     small = PRESETS["small"]

@@ -265,6 +265,23 @@ def test_bad_headers_huge_max_tokens_and_unknown_model(server):
     assert httpx.get(f"{server.url[:-3]}/healthz").status_code == 200  # still serving after all of that
 
 
+def test_a_trained_turn_says_it_does_not_sample_at_the_clients_temperature(server):
+    msgs = [{"role": "user", "content": "what is 2 + 2?"}]
+    own = server.cfg.rollout.temperature
+    create = server.client("sampling-session").chat.completions.with_raw_response.create
+    main = create(model="tiny", messages=msgs, max_tokens=4, temperature=0.2, top_p=0.5)
+    said = main.headers["x-claw-sampling"]
+    assert "temperature 0.2 and top_p 0.5 not used" in said and f"temperature {own:g}" in said
+    side = create(model="tiny", messages=msgs, max_tokens=4, temperature=0.2, extra_headers={"X-Turn-Type": "side"})
+    one_off = server.client().chat.completions.with_raw_response.create(
+        model="tiny", messages=msgs, max_tokens=4, temperature=0.2
+    )  # no session: never trained, sampled as asked
+    same = server.client("other-session").chat.completions.with_raw_response.create(
+        model="tiny", messages=msgs, max_tokens=4, temperature=own
+    )
+    assert all("x-claw-sampling" not in r.headers for r in (side, one_off, same))
+
+
 def test_client_disconnect_and_concurrent_main_turns(server):
     session = f"race-{uuid.uuid4().hex[:6]}"
     msgs = [{"role": "user", "content": "What is 3 * 3?"}]

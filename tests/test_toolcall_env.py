@@ -278,3 +278,20 @@ def test_built_in_splits_are_disjoint_and_need_the_tool():
     kinds = {make_arithmetic(s)["kind"] for s in range(8)}
     assert kinds == {"product", "sum", "modpow", "digitsum"}
     assert all(len(make_arithmetic(s)["answer"]) >= 3 for s in range(40))
+
+
+def test_without_tools_the_same_problem_is_answered_in_writing_and_a_call_is_refused():
+    env = ToolCallEnv(split="test", tools=False)
+    _, info = env.reset(seed=3)
+    system = info["messages"][0]["content"]
+    assert "without tools" in system and "tool_call" not in system and info["tools"] == []
+    _, _, done, _, step = env.step(py("print(1)"))
+    ns = step["next_state"]
+    assert not done and ns.evaluative.score == -1 and "tool_error=no_tools" in ns.evaluative.tags
+    assert ns.action_taken is False and "no tools" in ns.text
+    _, _, done, _, step = env.step("I think about it some more.")
+    assert not done and "no final answer" in step["next_state"].text and "tool_call" not in step["next_state"].text
+    answer = env.task.data["answer"]
+    _, reward, done, _, step = env.step(f"Adding it up: \\boxed{{{answer}}}")
+    assert done and reward == 1.0 and step["next_state"].outcome == 1.0
+    env.close()

@@ -241,6 +241,8 @@ def test_claw_eval_runs_a_policy_over_openai_http_through_the_env(chat_server, t
     assert (s["tasks"], s["samples"], s["success_rate"], s["pass_at_k"], s["infra_failures"]) == (4, 8, 1.0, 1.0, 0)
     sample = read_jsonl(out / "episodes.jsonl")[0]
     assert (sample["turns"], sample["tool_calls"], sample["status"]) == (2, 1, "ok")
+    assert sample["actions_carried_out"] == 2 and (s["action_rate"], s["acting_episodes"]) == (1.0, 1.0)
+    assert "actions carried out" in output and "100.0% of turns" in output
 
 
 def test_claw_eval_policy_down_is_a_clear_error(tmp_path, capsys):
@@ -294,6 +296,25 @@ def test_evaluate_scores_wrong_and_broken_policies():
     assert records[2]["status"] == "infra_failure" and "model crashed" in records[2]["error"]
     assert report.summary["infra_failures"] == 1 and report.summary["tasks"] == 2 and report.summary["no_answer"] == 0
     assert report.summary["score"] == -1.0  # the same outcome scale as --responses
+
+
+class _Rambles(Policy):
+    """Writes prose with no call and no answer, except on the episode sampled with seed 1, which boxes one."""
+
+    async def generate(self, prompt, sampling, *, tools=None):
+        text = "\\boxed{7}" if sampling.seed == 1 else "Let me think about the numbers here."
+        return Completion(text, [], [], "stop", self.version)
+
+
+def test_the_action_rate_counts_the_turns_the_env_could_carry_out():
+    spec = claw_envs.family_spec("toolcall")
+    tasks = tasks_for(spec, None, "test")
+    report = asyncio.run(
+        evaluate(_Rambles(), spec, tasks, n=2, k=1, seed=0, sampling=SamplingParams(), env_kwargs={"max_turns": 3})
+    )
+    turns = [(r["turns"], r["actions_carried_out"]) for r in report.records]
+    assert turns == [(3, 0), (1, 1)]  # three nudges, then the limit; one graded answer
+    assert report.summary["action_rate"] == 0.25 and report.summary["acting_episodes"] == 0.5
 
 
 # -- datasets --------------------------------------------------------------------------------

@@ -77,6 +77,12 @@ read too when there is no box).
 Available tools (JSON schema):
 {tools}"""
 
+SYSTEM_PROMPT_NO_TOOLS = """\
+You are solving a math problem without tools. Work it out step by step, then put the final answer in \\boxed{}, \
+for example \\boxed{42} (a last line "Final answer: 42" is read too when there is no box)."""
+
+NUDGE_NO_TOOLS = "I found no final answer. Give your final answer as \\boxed{...}."
+
 NUDGE = (
     "I found no tool call and no final answer. Either run Python with "
     '<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call> '
@@ -95,7 +101,9 @@ class ToolCallEnv(ClawEnv):
     :mod:`.tasks`, or a task source); by default the built-in procedural set. ``sandbox``/``sandbox_options``
     go to ``claw_envs.sandbox.make_sandbox``; ``tool_timeout`` limits each call, ``max_output_chars`` what
     the model sees of its output. ``max_calls_per_turn`` and ``turn_time_budget`` (default ``2 * tool_timeout``)
-    bound one turn's tool use; the class attributes below bound what is read.
+    bound one turn's tool use; the class attributes below bound what is read. ``tools=False`` poses the same
+    problems with no tool (the prompt asks for a worked, boxed answer; a tool call is refused, -1): the model's
+    accuracy without the tool, for comparison.
     """
 
     default_max_turns = 16
@@ -125,6 +133,7 @@ class ToolCallEnv(ClawEnv):
         verifier: MathVerifier | None = None,
         max_calls_per_turn: int | None = None,
         turn_time_budget: float | None = None,
+        tools: bool = True,
     ):
         super().__init__(tasks, split=split, max_turns=max_turns, render_mode=render_mode)
         self.sandbox = EpisodeSandbox(sandbox, sandbox_options)
@@ -137,6 +146,7 @@ class ToolCallEnv(ClawEnv):
         self.turn_time_budget = (
             turn_time_budget if turn_time_budget is not None else self.turn_budget_factor * tool_timeout
         )
+        self.tools = tools
         self._clean_calls = 0
         self._answer_form = "boxed"
 
@@ -147,7 +157,12 @@ class ToolCallEnv(ClawEnv):
     # -- episode -----------------------------------------------------------------------------
 
     def opening_messages(self, task: Task) -> list[Message]:
-        """The system prompt (tool instructions and schemas) and the problem."""
+        """The system prompt (tool instructions and schemas, or none with ``tools=False``) and the problem."""
+        if not self.tools:
+            return [
+                {"role": "system", "content": SYSTEM_PROMPT_NO_TOOLS},
+                {"role": "user", "content": str(task.data["question"])},
+            ]
         tools = json.dumps(TOOL_SPECS, ensure_ascii=False)
         system = SYSTEM_PROMPT.format(
             timeout=self.tool_timeout,
@@ -162,7 +177,7 @@ class ToolCallEnv(ClawEnv):
         self.sandbox.close()
         self._clean_calls = 0
         messages = self.opening_messages(task)
-        info = {"tools": copy.deepcopy(TOOL_SPECS)}
+        info = {"tools": copy.deepcopy(TOOL_SPECS) if self.tools else []}
         return Opening(observation=messages[-1]["content"], messages=messages, info=info)
 
     @property
@@ -181,7 +196,14 @@ class ToolCallEnv(ClawEnv):
             parsed = ParsedTurn(text=parsed.text, items=(call,), format="fenced")
         elif not parsed.has_tool_calls and not answer and (answer := final_answer_line(parsed.text)):
             self._answer_form = "final_answer_line"
-        if parsed.has_tool_calls:
+        if parsed.has_tool_calls and not self.tools:
+            tr = self._refuse(
+                action,
+                "Error: there are no tools in this episode.",
+                "Work the problem out in writing and give the final answer in \\boxed{}.",
+                "tool_error=no_tools",
+            )
+        elif parsed.has_tool_calls:
             tr = await self._tool_turn(action, parsed)
         elif answer and len(answer) > self.max_answer_chars:
             tr = self._refuse(
@@ -197,10 +219,13 @@ class ToolCallEnv(ClawEnv):
             directive = (
                 "Call the python tool in a <tool_call> block or a closed ```python block, or give the final answer "
                 "in \\boxed{}."
+                if self.tools
+                else "Give the final answer in \\boxed{}."
             )
+            nudge = NUDGE if self.tools else NUDGE_NO_TOOLS
             tr = Transition(
-                observation=NUDGE,
-                next_state=bad_action(NUDGE, directive, tags=("no_action",), **self._judge_inputs(action, NUDGE)),
+                observation=nudge,
+                next_state=bad_action(nudge, directive, tags=("no_action",), **self._judge_inputs(action, nudge)),
             )
         if tr.terminated or self.step_index >= self.max_turns:
             self.sandbox.close()

@@ -186,6 +186,9 @@ def summary_table(summary: dict[str, Any], family: str, ext: Any) -> Table:
     for key, label, fmt in rows:
         low, high = summary[f"{key}_ci95"]
         table.add_row(label, fmt.format(summary[key]), f"{fmt.format(low)} – {fmt.format(high)}")
+    if summary.get("action_rate") is not None:
+        rate = f"{summary['action_rate']:.1%} of turns, {summary['acting_episodes']:.0%} of episodes"
+        table.add_row("actions carried out (format)", rate, "")
     for label, value in ext.rows(summary):
         table.add_row(escape(label), value, "")
     if summary.get("infra_failures"):

@@ -24,7 +24,9 @@ Headers:
   X-Turn-Type: main|side main (default): part of the conversation, learned from;
                          side: a helper request (summaries, titles), served and logged, never trained
 Replies carry X-Policy-Version (and system_fingerprint "claw-v<N>"). A request for another model name is
-answered by this one with an X-Claw-Warning header. Main turns of one session are served one at a time.
+answered by this one with an X-Claw-Warning header. A trained turn samples at the trainer's temperature: a
+request's own temperature/top_p there is not used, and the X-Claw-Sampling header says so (side turns and
+--no-train sample as asked). Main turns of one session are served one at a time.
 
 Security: it listens on 127.0.0.1 by default. With an API key (CLAW_API_KEY=secret, or --api-key; the
 environment keeps it out of `ps`) every request but /healthz needs "Authorization: Bearer <key>" (401

@@ -37,7 +37,9 @@ def summarize(records: Sequence[Mapping[str, Any]], k: int, seed: int = 0) -> di
     """Task-level metrics over episode records (``task_id``, ``outcome``, ``success``, ``status``).
 
     Records whose status is not ``ok`` (infrastructure failures) are left out and counted; k is lowered to
-    the fewest graded samples any task has. ``failed_generations`` counts graded samples only.
+    the fewest graded samples any task has. ``failed_generations`` counts graded samples only. ``action_rate`` is
+    the share of the graded episodes' turns the env carried out (``actions_carried_out`` of ``turns``: the policy
+    wrote the family's action format), None for records without turns (graded response files).
     """
     graded: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
@@ -52,6 +54,8 @@ def summarize(records: Sequence[Mapping[str, Any]], k: int, seed: int = 0) -> di
     success = [sum(bool(r["success"]) for r in rs) / len(rs) for rs in counted.values()]
     passk = [pass_at_k(len(rs), sum(bool(r["success"]) for r in rs), k_eff) for rs in counted.values()]
     every = [_outcome(r) for rs in counted.values() for r in rs]
+    scored = [r for rs in counted.values() for r in rs]
+    turns = sum(int(r.get("turns", 0)) for r in scored)
     return {
         "tasks": len(counted),
         "tasks_without_samples": len(graded) - len(counted),
@@ -68,6 +72,9 @@ def summarize(records: Sequence[Mapping[str, Any]], k: int, seed: int = 0) -> di
         "success_rate_ci95": bootstrap_ci(success, seed + 1),
         "pass_at_k": statistics.fmean(passk),
         "pass_at_k_ci95": bootstrap_ci(passk, seed + 2),
+        # the format rate: of the policy's turns, those the env could carry out (a command ran, a call, an answer)
+        "action_rate": sum(int(r.get("actions_carried_out", 0)) for r in scored) / turns if turns else None,
+        "acting_episodes": sum(bool(r.get("actions_carried_out")) for r in scored) / len(scored),
     }
 
 

@@ -108,6 +108,7 @@ def episode_record(
         "outcome": outcome,
         "success": result.status == "ok" and outcome is not None and outcome >= ext.success_at,
         "turns": len(result.actions),
+        "actions_carried_out": sum(bool(ns.action_taken) for ns in steps),
         "status": result.status,
         "error": result.error,
         "failed_generation": bool(failures),

@@ -116,7 +116,8 @@ def from_pretrained_merged(model_path: str, *, dtype: Any = None) -> Any:
         return model
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, model_path).merge_and_unload()
+    merged = PeftModel.from_pretrained(model, model_path).merge_and_unload()
+    return merged.requires_grad_(True)  # PEFT froze the base for inference; a full fine-tune trains it all
 
 
 def load_tokenizer(model_path: str) -> Any:

@@ -7,7 +7,8 @@ Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events streamed toke
 429 when a new session finds ``--max-sessions`` sessions all mid-request, 503 when the policy fails or does not
 answer within ``--request-timeout`` seconds, or while the server is shutting down. Every response carries
 ``X-Policy-Version`` (also in ``system_fingerprint`` as ``claw-v<N>``) and ``X-Session-Id``; a request naming
-another model is answered by this one with an ``X-Claw-Warning`` header.
+another model is answered by this one with an ``X-Claw-Warning`` header, and a trained turn that does not sample at
+the request's ``temperature``/``top_p`` says so in an ``X-Claw-Sampling`` header.
 
 Security: with an API key (``--api-key`` or ``$CLAW_API_KEY``) every route but ``/healthz`` needs
 ``Authorization: Bearer <key>`` (compared in constant time); without one the server only listens on a loopback
@@ -169,6 +170,8 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
             headers["X-Session-Id"] = _header_value(session_id)
         if req.model and req.model != model:
             headers["X-Claw-Warning"] = _header_value(f"model {req.model!r} is not served here; answered by {model!r}")
+        if refused := sessions.sampling_refused(req, session_id, turn_type):
+            headers["X-Claw-Sampling"] = _header_value(refused)
         if req.stream:
             return await _stream(sessions, req, session_id, turn_type, model, rid, headers)
         completion, prompt_tokens = await sessions.chat(req, session_id, turn_type)

@@ -12,9 +12,10 @@ request is the next state of the previous turn.
   ``session_timeout`` seconds of silence, and a new session arriving when ``max_sessions`` are open (the
   longest-silent one not mid-request is closed).
 * **Side turns** (``X-Turn-Type: side``): served from the request's messages, logged, never trained.
-* **Sampling.** Trained main turns sample at the trainer's temperature (the request's ``temperature`` and ``top_p``
-  are used only for side/one-off turns and with ``--no-train``); ``max_tokens`` above ``--max-new-tokens`` is
-  clamped to it.
+* **Sampling.** Trained main turns sample at the trainer's temperature (its log-probs are the ones trained on); a
+  request's other ``temperature`` or ``top_p`` is refused there, said in an ``X-Claw-Sampling`` response header
+  (:meth:`LiveSessions.sampling_refused`), and used for side and one-off turns and with ``--no-train``;
+  ``max_tokens`` above ``--max-new-tokens`` is clamped to it.
 * **Streaming.** With ``on_text`` a request's reply is handed on piece by piece as the policy generates it
   (:meth:`~claw_train.policy.base.Policy.stream`); what is recorded and trained is the same token-exact completion.
 * **Off the event loop.** Rendering the chat template, tokenising and reading next states run in worker threads
@@ -149,6 +150,21 @@ class LiveSessions:
                 return await self._main_turn(session, req, on_text)
             finally:
                 session.touch()
+
+    def sampling_refused(self, req: ChatRequest, session_id: str | None, turn_type: str) -> str | None:
+        """Why ``req``'s own ``temperature``/``top_p`` will not be used (a trained main turn), or None."""
+        if not (self.train and session_id and turn_type == "main"):
+            return None
+        own = self.defaults.temperature
+        asked = []
+        if req.temperature is not None and req.temperature != own:
+            asked.append(f"temperature {req.temperature:g}")
+        if req.top_p is not None and req.top_p != 1.0:
+            asked.append(f"top_p {req.top_p:g}")
+        if not asked:
+            return None
+        return (f"{' and '.join(asked)} not used: a trained turn samples at the trainer's temperature {own:g}, "
+                "top_p 1 (X-Turn-Type: side, or claw-serve --no-train, samples as asked)")  # fmt: skip
 
     def sampling(self, req: ChatRequest, trained: bool) -> SamplingParams:
         """Sampling for ``req``: a trained turn samples at the trainer's temperature; ``max_tokens`` is clamped."""
