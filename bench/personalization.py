@@ -57,6 +57,7 @@ def run_one(args: argparse.Namespace, persona: str, method: str, seed: int) -> d
         + (f"temperature: {args.temperature}\n" if args.temperature is not None else "")
         + (f"replay: {args.replay}\n" if args.replay is not None else "")
         + f"samples_per_step: {args.samples_per_step}\n"
+        + (f"max_turns: {args.max_turns}\n" if args.max_turns is not None else "")
     )
     cmd = [
         CLAW_TRAIN, "--env", "conversation", "--persona", persona, "--model", args.model, "--method", method,
@@ -190,6 +191,9 @@ def main() -> None:
         "--updates-of", nargs="+", default=[], metavar="METHOD=N", help="stop these methods after N updates instead"
     )
     parser.add_argument("--samples-per-step", type=int, default=16, help="judged samples per update")
+    parser.add_argument(
+        "--max-turns", type=int, default=None, help="replies per training conversation (default: the env's, 8)"
+    )
     parser.add_argument("--eval-at", nargs="+", type=int, default=[0, 4, 8, 16])
     parser.add_argument("--eval-n", type=int, default=32)
     parser.add_argument("--eval-seed", type=int, default=1234)

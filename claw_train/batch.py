@@ -1,4 +1,5 @@
-"""The batch TRL's GRPO loss reads, built from claw's :class:`~claw_train.records.TrainSample`s."""
+"""The batch TRL's GRPO loss reads, built from claw's :class:`~claw_train.records.TrainSample`s, and its split into
+groups of rows of similar length (:func:`length_groups`), so that the loss is not computed over padding."""
 
 from __future__ import annotations
 
@@ -44,3 +45,43 @@ def collate(
         "num_items_in_batch": completion_mask.sum() if tokens is None else torch.tensor(tokens),
     }
     return {k: v.to(device) for k, v in batch.items()}
+
+
+GROUP_SLACK = 0.8
+"""A row joins the current group while its length is at least this share of the group's longest row."""
+
+
+def length_groups(batch: dict[str, Any], slack: float = GROUP_SLACK) -> list[dict[str, Any]]:
+    """``batch`` (from :func:`collate`) as groups of rows of similar length (prompt + completion), each cut to its own
+    longest prompt and completion: the same rows, tokens and per-row values with less padding. TRL's ``dapo`` loss
+    sums over tokens and divides by ``num_items_in_batch`` (kept whole in every group), so the groups' losses add up
+    to the batch's. One group when the rows are of similar length."""
+    prompt_len = batch["prompt_mask"].sum(1)
+    completion_len = batch["completion_mask"].sum(1)
+    order = torch.argsort(prompt_len + completion_len, descending=True).tolist()
+    lengths = (prompt_len + completion_len).tolist()
+    groups: list[list[int]] = []
+    for row in order:
+        if groups and lengths[row] >= slack * lengths[groups[-1][0]]:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    if len(groups) == 1:
+        return [batch]
+    rows = batch["prompt_ids"].size(0)
+    out = []
+    for group in groups:
+        index = torch.tensor(sorted(group), device=batch["prompt_ids"].device)
+        p, t = int(prompt_len[index].max()), int(completion_len[index].max())
+        part = {}
+        for key, value in batch.items():
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != rows:
+                part[key] = value  # num_items_in_batch: the whole step's
+            elif key.startswith("prompt_"):
+                part[key] = value[index, value.size(1) - p :]  # left-padded
+            elif value.dim() == 2:
+                part[key] = value[index, :t]  # right-padded, one column per completion token
+            else:
+                part[key] = value[index]
+        out.append(part)
+    return out

@@ -26,7 +26,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from claw_train.batch import collate
+from claw_train.batch import collate, length_groups
 from claw_train.distributed import Ranks, world_size
 from claw_train.metrics import TRAINER_COUNTERS, Counters
 from claw_train.presets import PRESETS, preset_for
@@ -135,7 +135,9 @@ def _no_reward(*_: Any, **__: Any) -> list[float]:
 
 class ClawTrainer(FedGRPOTrainer):
     """GRPOTrainer whose batches are judged samples from a queue (see the module docstring). ``counters`` (default:
-    its own) receives its drops and skips, for a caller that reads them while it trains."""
+    its own) receives its drops and skips, for a caller that reads them while it trains; ``busy(True)`` is called
+    once a step has its samples and ``busy(False)`` when the step is over (its callbacks, publishing included, done):
+    what a serving policy on the same cores is told (:meth:`~claw_train.policy.base.Policy.set_training`)."""
 
     args: ClawConfig
 
@@ -151,6 +153,7 @@ class ClawTrainer(FedGRPOTrainer):
         ranks: Ranks | None = None,
         replay: Replay | None = None,
         counters: Counters | None = None,
+        busy: Callable[[bool], None] | None = None,
     ):
         from datasets import Dataset
 
@@ -163,10 +166,11 @@ class ClawTrainer(FedGRPOTrainer):
             train_dataset=rows,
             processing_class=processing_class,
             peft_config=peft_config,
-            callbacks=[_SkipNonFinite(self), *(callbacks or [])],
+            callbacks=[_SkipNonFinite(self), *(callbacks or []), _StepDone(busy)],
         )
         self.remove_callback(PrinterCallback)  # the pipeline has its own display; metrics go to report_to
         self.source = source
+        self.busy = busy or (lambda active: None)
         self.ranks = ranks
         self.replay = replay
         tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a processor holds one
@@ -191,6 +195,7 @@ class ClawTrainer(FedGRPOTrainer):
         """This process's share of the step: judged samples from the source, collated for TRL's loss."""
         n = len(inputs)  # this rank's share of the step
         samples, stale, invalid = self._step_samples(n)
+        self.busy(True)
         self.current_batch = samples
         self.current_dropped = stale + invalid
         self.count("stale_dropped", len(stale))
@@ -206,8 +211,12 @@ class ClawTrainer(FedGRPOTrainer):
         return batch
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> torch.Tensor:
-        """TRL's loss, plus ``replay.coef`` times the supervised loss on a batch of replayed demonstrations."""
-        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        """TRL's loss, summed over groups of rows of similar length (:func:`~claw_train.batch.length_groups`: the
+        same loss without the padding of a batch mixing short and long turns), plus ``replay.coef`` times the
+        supervised loss on a batch of replayed demonstrations."""
+        loss = sum(
+            super(ClawTrainer, self).compute_loss(model, part, *args, **kwargs) for part in length_groups(inputs)
+        )
         if self.replay is None:
             return loss
         replayed = self.replay.loss(model)
@@ -282,6 +291,16 @@ class ClawTrainer(FedGRPOTrainer):
             "claw/completion_tokens": float(len(adv)),
         }.items():
             self.log_metric(name, value)
+
+
+class _StepDone(TrainerCallback):
+    """After every other callback of a step: the trainer no longer needs the cores."""
+
+    def __init__(self, busy: Callable[[bool], None] | None):
+        self.busy = busy or (lambda active: None)
+
+    def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+        self.busy(False)
 
 
 class _SkipNonFinite(TrainerCallback):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -261,3 +262,27 @@ def test_load_policy_resolves_names_and_refuses_unknown_schemes(tiny_path, tmp_p
         assert isinstance(pol, InProcessPolicy) and pol.max_batch == 2
     finally:
         pol.close()
+
+
+def test_the_worker_leaves_the_cores_to_a_training_step_and_takes_them_back(policy):
+    seen: list[int] = []
+    original = torch.set_num_threads
+
+    def record(n: int) -> None:
+        seen.append(n)
+        original(n)
+
+    sampling = SamplingParams(max_new_tokens=2, seed=0)
+    torch.set_num_threads = record  # the worker calls it before a batch whose thread count differs
+    try:
+        asyncio.run(policy.generate(CHAT, sampling))
+        policy.set_training(True)
+        assert policy.worker_threads() == 1
+        asyncio.run(policy.generate(CHAT, sampling))
+        policy.set_training(False)
+        asyncio.run(policy.generate(CHAT, sampling))
+    finally:
+        torch.set_num_threads = original
+    cores = os.cpu_count() or 1
+    assert policy.worker_threads() == max(1, cores)
+    assert seen == ([cores, 1, cores] if cores > 1 else [1])

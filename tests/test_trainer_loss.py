@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from claw_train.advantages import MethodSettings, method_advantages  # noqa: E402
-from claw_train.batch import collate  # noqa: E402
+from claw_train.batch import collate, length_groups  # noqa: E402
 from claw_train.records import TrainSample, TurnRecord  # noqa: E402
 from claw_train.trainer import (  # noqa: E402
     ClawConfig,
@@ -91,10 +91,11 @@ def make_sample(i: int, rng: random.Random, *, advantages=None, logprobs=None, v
 
 def make_trainer(tmp_path, model, tokenizer, source, **overrides):
     callbacks = overrides.pop("callbacks", None)
+    busy = overrides.pop("busy", None)
     values = {"max_steps": 1, "report_to": "none", "save_strategy": "no", "samples_per_step": 4}
     values["per_device_train_batch_size"] = overrides.pop("per_device_train_batch_size", 4)
     args = ClawConfig.for_model("tiny", tmp_path / "out", **(values | overrides))
-    return ClawTrainer(model, args, source=source, processing_class=tokenizer, callbacks=callbacks)
+    return ClawTrainer(model, args, source=source, processing_class=tokenizer, callbacks=callbacks, busy=busy)
 
 
 def hand_ppo_loss(model, samples, temperature: float, eps_low=0.2, eps_high=0.28) -> torch.Tensor:
@@ -195,6 +196,39 @@ def test_collate_pads_prompts_left_and_completions_right():
     assert batch["num_items_in_batch"].item() == n + len(b.turn.completion_ids)
 
 
+def test_rows_of_similar_length_are_grouped_and_the_loss_and_gradients_stay_the_same(tmp_path, tokenizer):
+    from trl import GRPOTrainer
+
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, VOCAB) for _ in range(n)] for n in (3, 40, 5, 38, 12, 60)]
+    samples = [make_sample(i, rng, prompt=p) for i, p in enumerate(prompts)]
+    batch = collate(samples, PAD)
+    groups = length_groups(batch)
+    assert [g["prompt_ids"].size(0) for g in groups] == [1, 2, 1, 2]  # 60 | 40, 38 | 12 | 5, 3 (+ completions)
+    assert sum(int(g["completion_mask"].sum()) for g in groups) == int(batch["completion_mask"].sum())
+    width = batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)
+    padded = sum(g["prompt_ids"].numel() + g["completion_ids"].numel() for g in groups)
+    assert padded < 0.7 * len(samples) * width  # the padding the groups leave out
+    assert all(g["num_items_in_batch"] is batch["num_items_in_batch"] for g in groups)  # the step's normaliser
+
+    trainer = make_trainer(tmp_path, tiny_model(), tokenizer, QueueSource(), samples_per_step=6,
+                           per_device_train_batch_size=6)  # fmt: skip
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+
+    def loss_and_grads(parts):
+        trainer.model.zero_grad()
+        loss = sum(GRPOTrainer.compute_loss(trainer, trainer.model, part) for part in parts)
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    whole, whole_grads = loss_and_grads([batch])
+    grouped, grouped_grads = loss_and_grads(groups)
+    assert grouped == pytest.approx(whole, abs=1e-6)
+    assert max((grouped_grads[n] - g).abs().max().item() for n, g in whole_grads.items()) < 1e-5
+    assert length_groups(collate(samples[:1], PAD))[0]["prompt_ids"].size(1) == 3  # one row: one group
+
+
 def _opd_sample(model, i, rng, method, score):
     """A turn judged with ``score`` whose hint makes the teacher prefer the completion differently."""
     s = make_sample(i, rng)
@@ -218,8 +252,10 @@ def test_every_method_updates_the_weights(tmp_path, tokenizer, method):
     for i in range(4):
         source.put(_opd_sample(model, i, rng, method, score=rng.choice([-1, 1])))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = make_trainer(tmp_path, model, tokenizer, source)
+    said: list[bool] = []
+    trainer = make_trainer(tmp_path, model, tokenizer, source, busy=said.append)
     trainer.train()
+    assert said == [True, False]  # busy from the step's samples to its end: a serving policy's cue
     moved = max((model.state_dict()[k] - before[k]).abs().max().item() for k in before)
     assert moved > 1e-6
     assert trainer.counters["trained"] == 4

@@ -209,6 +209,7 @@ class TrainerThread:
             ranks=self.link.ranks,
             replay=replay,
             counters=self.drops,
+            busy=self.policy.set_training if self.policy is not None else None,
         )
 
     def _publish(self, weights: Any, version: int) -> None:

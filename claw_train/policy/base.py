@@ -84,5 +84,9 @@ class Policy:
         """Swap in new weights (a state dict or a path) between generations; old ones keep serving on failure."""
         raise NotImplementedError(f"{type(self).__name__} cannot take weight updates")
 
+    def set_training(self, active: bool) -> None:
+        """A trainer in this process started (``True``) or ended an optimizer step: a backend that computes on this
+        machine's CPU cores leaves them to it meanwhile. Remote backends ignore it."""
+
     async def aclose(self) -> None:
         """Stop workers and connections."""

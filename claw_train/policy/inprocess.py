@@ -63,9 +63,9 @@ class InProcessPolicy(Policy):
     """Serve a local causal LM (a directory or a cached hub id) from a background worker thread.
 
     ``generate`` and ``logprobs`` are coroutines that any event loop, in any thread, may await.
-    ``threads`` is the worker's intra-op thread count on CPU (torch sets it per thread): 1 by default,
-    because on a small CPU the trainer runs beside it and oversubscribed cores slow both down a lot;
-    ``None`` keeps torch's default (all cores), better when the machine only serves.
+    ``threads`` is the worker's intra-op thread count on CPU (torch sets it per thread) while a trainer in this
+    process is inside an optimizer step (:meth:`set_training`): 1 by default, because oversubscribed cores slow both
+    down a lot; the rest of the time (no trainer, or one waiting for samples) the worker uses every core.
     """
 
     def __init__(
@@ -87,6 +87,7 @@ class InProcessPolicy(Policy):
         self.dtype = dtype or torch.float32
         self.max_batch = max_batch
         self.threads = threads if self.device.type == "cpu" else None
+        self._training = False
         self.tokenizer = load_tokenizer(self.model_path)
         self._active = load_causal_lm(self.model_path, device=self.device, dtype=self.dtype)
         self._standby: Any = None
@@ -185,6 +186,17 @@ class InProcessPolicy(Policy):
             self._published_version = version
         self._requests.put(_WAKE)
 
+    def set_training(self, active: bool) -> None:
+        """A training step started or ended: from the next batch on, the worker computes with ``threads`` threads
+        during one, with every core otherwise."""
+        self._training = active
+
+    def worker_threads(self) -> int | None:
+        """The intra-op threads the worker's next batch uses (None: not a CPU model, torch decides)."""
+        if self.threads is None:
+            return None
+        return self.threads if self._training else max(self.threads, os.cpu_count() or 1)
+
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
@@ -223,8 +235,7 @@ class InProcessPolicy(Policy):
     def _serve(self) -> None:
         import torch
 
-        if self.threads:
-            torch.set_num_threads(self.threads)  # per thread: a trainer thread keeps its own setting
+        current = None
         stop = False
         while not stop:
             item = self._requests.get()
@@ -243,6 +254,9 @@ class InProcessPolicy(Policy):
             self._swap_if_staged()
             if not batch:
                 continue
+            if (want := self.worker_threads()) and want != current:
+                torch.set_num_threads(want)  # per thread: a trainer thread keeps its own setting
+                current = want
             try:
                 with torch.inference_mode():
                     self._run(batch)
