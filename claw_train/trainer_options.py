@@ -50,6 +50,22 @@ def trainer_extras(training: TrainingConfig) -> dict[str, Any]:
         raise ConfigError(f"--trainer {err}") from None
 
 
+def check_lora_targets(model: Any, training: TrainingConfig) -> None:
+    """A :class:`ConfigError` naming ``--lora-targets`` names that no linear layer of ``model`` has (PEFT would ignore
+    a misspelt one beside a right one, or fail deep in the trainer), with the names it has."""
+    if not training.lora or training.lora_targets == "all-linear":
+        return
+    import torch
+
+    linear = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    wanted = [t.strip() for t in training.lora_targets.split(",") if t.strip()]
+    if unknown := [t for t in wanted if t not in linear]:
+        raise ConfigError(
+            f"--lora-targets: this model has no linear layer named {', '.join(unknown)}; its linear layers are "
+            f"{', '.join(sorted(linear))} (or give --lora-targets all-linear)"
+        )
+
+
 def lora_config(training: TrainingConfig) -> Any:
     """PEFT's ``LoraConfig`` for ``--lora`` (None without it)."""
     if not training.lora:

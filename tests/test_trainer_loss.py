@@ -505,3 +505,15 @@ def test_a_step_of_any_size_trains_every_sample_once(tmp_path, tokenizer, step):
     trainer.train()
     assert trainer.state.global_step == 1 and trainer.counters["trained"] == step
     assert source.qsize() == 0
+
+
+def test_lora_targets_the_model_does_not_have_are_a_clear_error():
+    from claw_train.config import ConfigError, TrainingConfig
+    from claw_train.trainer_options import check_lora_targets
+
+    model = tiny_model()
+    check_lora_targets(model, TrainingConfig(lora=True, lora_targets="q_proj, v_proj"))
+    check_lora_targets(model, TrainingConfig(lora=True))  # all-linear
+    check_lora_targets(model, TrainingConfig(lora=False, lora_targets="nothing"))  # not used without --lora
+    with pytest.raises(ConfigError, match=r"no linear layer named qproj; its linear layers are .*q_proj.*all-linear"):
+        check_lora_targets(model, TrainingConfig(lora=True, lora_targets="qproj,v_proj"))

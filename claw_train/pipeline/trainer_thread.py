@@ -182,7 +182,7 @@ class TrainerThread:
         from claw_train.policy.hf import from_pretrained_merged
         from claw_train.replay import Replay, replay_rows
         from claw_train.trainer import ClawTrainer, MergedCopy, WeightPublisher
-        from claw_train.trainer_options import grpo_config, lora_config
+        from claw_train.trainer_options import check_lora_targets, grpo_config, lora_config
 
         s = self.setup
         args = grpo_config(
@@ -194,6 +194,7 @@ class TrainerThread:
         )
         dtype = torch.float32 if args.use_cpu else "auto"
         model = from_pretrained_merged(model_path, dtype=dtype)  # a LoRA checkpoint continues merged
+        check_lora_targets(model, s.training)
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         callbacks = [WeightPublisher(self._publish, to_disk=s.weights_dir), _glue_callback(self)] if lead else []
         callbacks += [MergedCopy()] if lead and s.training.merge else []

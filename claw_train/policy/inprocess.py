@@ -150,7 +150,10 @@ class InProcessPolicy(Policy):
         _check_sampling(sampling)
         self._check_ids(ids, "prompt")
         if len(ids) >= self.max_positions:
-            raise PolicyError(f"prompt has {len(ids)} tokens; the model's context is {self.max_positions}")
+            raise PolicyError(
+                f"prompt has {len(ids)} tokens; the model's context is {self.max_positions}: shorten the chat (fewer "
+                "turns, --max-turns) or use a model with a longer context"
+            )
         return _Generate(ids, sampling, on_token=on_token)
 
     async def logprobs(
