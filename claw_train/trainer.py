@@ -214,9 +214,9 @@ class ClawTrainer(FedGRPOTrainer):
         """TRL's loss, summed over groups of rows of similar length (:func:`~claw_train.batch.length_groups`: the
         same loss without the padding of a batch mixing short and long turns), plus ``replay.coef`` times the
         supervised loss on a batch of replayed demonstrations."""
-        loss = sum(
-            super(ClawTrainer, self).compute_loss(model, part, *args, **kwargs) for part in length_groups(inputs)
-        )
+        # one forward per backward under DDP (its gradient hooks fire once per step): the ranks' batches stay whole
+        parts = length_groups(inputs) if self.accelerator.num_processes == 1 else [inputs]
+        loss = sum(super(ClawTrainer, self).compute_loss(model, part, *args, **kwargs) for part in parts)
         if self.replay is None:
             return loss
         replayed = self.replay.loss(model)

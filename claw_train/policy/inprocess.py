@@ -27,6 +27,7 @@ from typing import Any
 from claw_train.policy.base import Completion, Message, Policy, PolicyError, SamplingParams
 from claw_train.policy.hf import load_causal_lm, load_into, load_tokenizer, read_weights
 from claw_train.policy.render import render_prompt
+from claw_train.policy.sampling import check_sampling, row_generator, sample_token
 from claw_train.policy.streaming import OnToken, TextStream, stream_tokens
 
 
@@ -147,7 +148,7 @@ class InProcessPolicy(Policy):
         on_token: OnToken | None = None,
     ) -> _Generate:
         ids = self.prompt_ids(prompt, tools=tools)
-        _check_sampling(sampling)
+        check_sampling(sampling)
         self._check_ids(ids, "prompt")
         if len(ids) >= self.max_positions:
             raise PolicyError(
@@ -338,7 +339,7 @@ class InProcessPolicy(Policy):
 
         n = len(reqs)
         budgets = [min(r.sampling.max_new_tokens, self.max_positions - len(r.prompt_ids)) for r in reqs]
-        gens = [_row_generator(r.sampling.seed, self._rng) for r in reqs]
+        gens = [row_generator(r.sampling.seed, self._rng) for r in reqs]
         out_ids: list[list[int]] = [[] for _ in reqs]
         out_lps: list[list[float]] = [[] for _ in reqs]
         finish = ["length"] * n
@@ -352,7 +353,7 @@ class InProcessPolicy(Policy):
                 if done[i]:
                     next_ids.append(self.pad_id)
                     continue
-                tok, lp = _sample(logits[i], r.sampling, gens[i])
+                tok, lp = sample_token(logits[i], r.sampling, gens[i])
                 out_ids[i].append(tok)
                 out_lps[i].append(lp)
                 r.emit(tok)
@@ -393,54 +394,6 @@ class InProcessPolicy(Policy):
     def _hits_stop(self, ids: list[int], stops: Sequence[str]) -> bool:
         tail = self.tokenizer.decode(ids[-64:], skip_special_tokens=False)
         return any(s and s in tail for s in stops)
-
-
-# -- sampling ------------------------------------------------------------------------------------
-
-
-def _row_generator(seed: int | None, shared: Any) -> Any:
-    import torch
-
-    if seed is None:
-        return shared
-    g = torch.Generator(device="cpu")
-    g.manual_seed(int(seed))
-    return g
-
-
-def _sample(logits: Any, sampling: SamplingParams, generator: Any) -> tuple[int, float]:
-    """One token from ``logits`` (1-D) and its log-prob under the temperature-scaled, unfiltered distribution."""
-    import torch
-
-    if sampling.temperature <= 0:
-        tok = int(torch.argmax(logits))
-        return tok, float(torch.log_softmax(logits, dim=-1)[tok])
-    scaled = logits / sampling.temperature
-    logp = torch.log_softmax(scaled, dim=-1)
-    filtered = scaled.clone()
-    if 0 < sampling.top_k < filtered.numel():
-        kth = torch.topk(filtered, sampling.top_k).values[-1]
-        filtered[filtered < kth] = float("-inf")
-    if sampling.top_p < 1.0:
-        order = torch.argsort(filtered, descending=True)
-        probs = torch.softmax(filtered[order], dim=-1)
-        cum = torch.cumsum(probs, dim=-1)
-        drop = cum - probs >= sampling.top_p  # keep the smallest prefix whose mass reaches top_p
-        filtered[order[drop]] = float("-inf")
-    probs = torch.softmax(filtered, dim=-1).cpu()
-    tok = int(torch.multinomial(probs, 1, generator=generator))
-    return tok, float(logp[tok])
-
-
-def _check_sampling(s: SamplingParams) -> None:
-    if s.max_new_tokens < 0:
-        raise PolicyError(f"max_new_tokens must be >= 0, got {s.max_new_tokens}")
-    if s.temperature < 0:
-        raise PolicyError(f"temperature must be >= 0, got {s.temperature}")
-    if not 0 < s.top_p <= 1:
-        raise PolicyError(f"top_p must be in (0, 1], got {s.top_p}")
-    if s.top_k < 0:
-        raise PolicyError(f"top_k must be >= 0 (0 = off), got {s.top_k}")
 
 
 # -- loading ---------------------------------------------------------------------------------
