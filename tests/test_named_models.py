@@ -130,15 +130,17 @@ def test_smollm2_is_the_pinned_model_converted(smollm2):
     assert "<|im_start|>" in (smollm2 / "chat_template.jinja").read_text()
 
 
-# Each family at a small budget: 2 updates of 2 samples, replies of a few dozen tokens. At these budgets smollm2
-# rarely finishes an action (a command, a call, a click), so the idle stop is off: this is the plumbing, every
-# family end to end on the real model; bench/real_model.py measures the format rates at the families' budgets.
+# Each family at a small budget: 2 updates of 2 samples, one turn of a few dozen tokens per episode (the agent
+# families' prompts alone are 400-900 tokens, the cost on 2 cores), Combined (with an untrained policy every reward
+# of a group is the same, so only OPD's hint gives a sample a gradient). At these budgets smollm2 rarely finishes
+# an action (a command, a call, a click), so the idle stop is off: this is the plumbing, every family end to end on
+# the real model; bench/formats.py measures the format rates at the families' own budgets.
 FAMILY_BUDGETS = {
     "conversation": ["--max-new-tokens", "12", "--max-turns", "1"],
-    "toolcall": ["--max-new-tokens", "24", "--max-turns", "2"],
-    "terminal": ["--max-new-tokens", "24", "--max-turns", "2"],
-    "swe": ["--max-new-tokens", "24", "--max-turns", "2"],
-    "gui": ["--max-new-tokens", "16", "--max-turns", "2"],
+    "toolcall": ["--max-new-tokens", "24", "--max-turns", "1"],
+    "terminal": ["--max-new-tokens", "24", "--max-turns", "1"],
+    "swe": ["--max-new-tokens", "24", "--max-turns", "1"],
+    "gui": ["--max-new-tokens", "16", "--max-turns", "1"],
 }
 
 
@@ -163,6 +165,7 @@ def test_every_family_trains_smollm2_with_lora_and_its_run_folder_evaluates(smol
     recorded = json.loads((out / "run.json").read_text())
     assert recorded["model"] == "smollm2" and recorded["lora"] is True  # the small preset, as run.json says
     assert (recorded["lr"], recorded["temperature"], recorded["eval_temperature"]) == (2e-4, 0.6, 0.0)
+    assert json.loads((out / "summary.json").read_text())["samples_trained"] == 4
     evaluated = subprocess.run(
         [str(BIN / "claw-eval"), "--env", family, "--model", str(out), "--eval-n", "1", "--rollout-workers", "1",
          *budget, "--output-dir", str(tmp_path / "eval")],
