@@ -11,6 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs workers side by side: one torch thread each
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("CLAW_POLICY_THREADS", "1")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -264,7 +264,8 @@ def test_load_policy_resolves_names_and_refuses_unknown_schemes(tiny_path, tmp_p
         pol.close()
 
 
-def test_the_worker_leaves_the_cores_to_a_training_step_and_takes_them_back(policy):
+def test_the_worker_leaves_the_cores_to_a_training_step_and_takes_them_back(policy, monkeypatch):
+    monkeypatch.setenv("CLAW_POLICY_THREADS", "3")  # the cap outside a step (claw-train sets it from OMP_NUM_THREADS)
     seen: list[int] = []
     original = torch.set_num_threads
 
@@ -283,6 +284,7 @@ def test_the_worker_leaves_the_cores_to_a_training_step_and_takes_them_back(poli
         asyncio.run(policy.generate(CHAT, sampling))
     finally:
         torch.set_num_threads = original
-    cores = os.cpu_count() or 1
-    assert policy.worker_threads() == max(1, cores)
-    assert seen == ([cores, 1, cores] if cores > 1 else [1])
+    assert policy.worker_threads() == 3
+    assert seen == [3, 1, 3]
+    monkeypatch.delenv("CLAW_POLICY_THREADS")
+    assert policy.worker_threads() == (os.cpu_count() or 1)  # unset: every core

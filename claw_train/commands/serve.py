@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"claw-serve: {err}", file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if "OMP_NUM_THREADS" in os.environ:  # the user's thread cap holds for the policy too
+        os.environ.setdefault("CLAW_POLICY_THREADS", os.environ["OMP_NUM_THREADS"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))
     if builds_here(args.run.model):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -60,13 +60,20 @@ _STOP = object()
 _WAKE = object()
 
 
+def idle_threads() -> int:
+    """The policy worker's threads while no trainer step runs: ``$CLAW_POLICY_THREADS`` if set (claw-train and
+    claw-serve set it from a user's ``OMP_NUM_THREADS``), else every core."""
+    value = os.environ.get("CLAW_POLICY_THREADS", "")
+    return max(1, int(value)) if value.isdigit() else (os.cpu_count() or 1)
+
+
 class InProcessPolicy(Policy):
     """Serve a local causal LM (a directory or a cached hub id) from a background worker thread.
 
     ``generate`` and ``logprobs`` are coroutines that any event loop, in any thread, may await.
     ``threads`` is the worker's intra-op thread count on CPU (torch sets it per thread) while a trainer in this
     process is inside an optimizer step (:meth:`set_training`): 1 by default, because oversubscribed cores slow both
-    down a lot; the rest of the time (no trainer, or one waiting for samples) the worker uses every core.
+    down a lot; the rest of the time (no trainer, or one waiting for samples) the worker uses :func:`idle_threads`.
     """
 
     def __init__(
@@ -199,7 +206,7 @@ class InProcessPolicy(Policy):
         """The intra-op threads the worker's next batch uses (None: not a CPU model, torch decides)."""
         if self.threads is None:
             return None
-        return self.threads if self._training else max(self.threads, os.cpu_count() or 1)
+        return self.threads if self._training else max(self.threads, idle_threads())
 
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.close)
