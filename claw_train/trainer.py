@@ -379,7 +379,8 @@ class WeightPublisher(TrainerCallback):
         self.publish(path, version)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        self._send(model, state.global_step)
+        if state.global_step > 0:  # a new run's policy already serves the weights it starts from
+            self._send(model, state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         self._send(model, state.global_step)
