@@ -2,9 +2,10 @@
 evaluation (:mod:`claw_envs.evaluation`), whose success rate is avg@k and pass@k the unbiased pass@k.
 
 Each record adds the predicted answer (the last ``\\boxed{}`` outside tool-call blocks, else a plain final-answer
-line), the form it was read from (``answer_form``: ``boxed`` or ``final_answer_line``), how it was graded and the number of tool
-calls; the summary adds how many final replies had no answer in either form, and how many were read from a line. The score (mean outcome)
-is the env's: +1 right, -1 wrong, for episodes and ``--responses`` alike; the accuracy is the success rate.
+line), the form it was read from (``answer_form``: ``boxed`` or ``final_answer_line``), how it was graded and the
+number of tool calls; the summary adds how many final replies had no answer in either form and how many were read
+from a line. The score (mean outcome) is the env's: +1 right, -1 wrong, for episodes and ``--responses`` alike; the
+accuracy is the success rate.
 
 ``--responses FILE`` grades precomputed final responses with no model and no tools. FILE is JSONL, one object a
 line: ``{"id": "<problem id>", "response": "<text>"}`` (lines may repeat an id, one sample each) or
