@@ -217,6 +217,8 @@ class TerminalEnv(ClawEnv):
         self._transcript.append(f"$ {turn.command}\n{run.result.stdout}{run.result.stderr}")
         self._commands += 1
         self._agent_seconds += run.result.duration
+        if run.result.timed_out and timeout < self._command_limit(self.task):
+            self._agent_seconds = float(self.task.data["agent_timeout"])  # killed at the agent's remaining time
         rep = report(run.result, timeout=timeout, max_chars=self.max_output_chars)
         text, directive = rep.text, rep.directive
         if run.note:
