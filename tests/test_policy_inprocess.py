@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import threading
@@ -126,13 +127,41 @@ def test_serves_continuously_while_weights_are_published_20_times(tiny_path, pol
 async def test_generate_logprobs_match_a_prefill(policy):
     sampling = SamplingParams(max_new_tokens=24, temperature=0.7, top_p=0.9, top_k=50, seed=3)
     comps = await asyncio.gather(
-        *[policy.generate([{"role": "user", "content": "x" * (i + 1)}], sampling) for i in range(6)]
-    )
+        *[
+            policy.generate([{"role": "user", "content": "x" * (i % 3 + 1)}], dataclasses.replace(sampling, seed=i))
+            for i in range(6)
+        ]
+    )  # pairs of equal prompts, as a group's members ask: their shared prefill is computed once
     for c in comps:
         assert len(c.token_ids) == len(c.logprobs) > 0
         prefill = await policy.logprobs(c.prompt_ids, c.token_ids, temperature=0.7)
         assert max(abs(a - b) for a, b in zip(prefill, c.logprobs, strict=True)) < 1e-4
         assert all(lp <= 0 for lp in c.logprobs)
+
+
+def test_equal_prompts_in_a_batch_are_computed_once_and_decode_as_if_alone(policy):
+    a, b = [5, 6, 7, 8], [9, 10]
+    rows = []
+    model = policy._active
+    policy._active = lambda **kw: rows.append(kw["input_ids"].shape[0]) or model(**kw)
+    try:
+        with torch.inference_mode():
+            logits, (cache, mask, last) = policy._forward([a, b, a, a], keep=1)
+            alone = {tuple(s): policy._forward([s], keep=1)[0][0] for s in (a, b)}
+            step = model(
+                input_ids=torch.tensor([[11]] * 4),
+                attention_mask=torch.cat([mask, torch.ones((4, 1), dtype=mask.dtype)], dim=1),
+                position_ids=(last + 1)[:, None],
+                use_cache=True,
+                **{policy._cache_arg: cache},
+            ).logits[:, -1]
+            fresh = {tuple(s): model(input_ids=torch.tensor([[*s, 11]])).logits[0, -1] for s in (a, b)}
+    finally:
+        policy._active = model
+    assert rows[0] == 2  # two distinct prompts, one forward row each
+    for row, seq in enumerate([a, b, a, a]):
+        assert torch.allclose(logits[row], alone[tuple(seq)], atol=1e-4)
+        assert torch.allclose(step[row], fresh[tuple(seq)], atol=1e-4)  # each row's copied cache decodes on its own
 
 
 async def test_messages_are_rendered_with_the_generation_prompt(policy):

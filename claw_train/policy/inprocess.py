@@ -309,9 +309,19 @@ class InProcessPolicy(Policy):
                 req.future.set_result(comp)
 
     def _forward(self, seqs: list[list[int]], keep: int) -> tuple[Any, Any]:
-        """Left-padded forward pass over ``seqs``; returns logits of the last ``keep`` positions and the cache."""
+        """Left-padded forward pass over ``seqs``; returns logits of the last ``keep`` positions and the cache.
+
+        Identical sequences (a group's members asking the same first prompt) are computed once and their rows copied.
+        """
         import torch
 
+        rows: dict[tuple[int, ...], int] = {}
+        index = [rows.setdefault(tuple(s), len(rows)) for s in seqs]
+        if len(rows) < len(seqs):
+            logits, (cache, mask, last) = self._forward([list(s) for s in rows], keep)
+            at = torch.tensor(index, device=logits.device)
+            cache.reorder_cache(at)
+            return logits.index_select(0, at), (cache, mask.index_select(0, at), last.index_select(0, at))
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
