@@ -59,8 +59,9 @@ def main() -> None:
         print(f"{family:>12}: actions carried out {r['action_rate']:.0%} of {r['turns']} turns, "
               f"{r['acting_episodes']:.0%} of episodes; success {r['success_rate']:.0%}; {r['seconds']} s",
               flush=True)  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"model": args.model, "eval_n": args.eval_n, "extra": args.extra, **rows}, indent=2))
+        args.out.parent.mkdir(parents=True, exist_ok=True)  # after each family: a stopped run keeps what it measured
+        record = {"model": args.model, "eval_n": args.eval_n, "extra": args.extra, **rows}
+        args.out.write_text(json.dumps(record, indent=2))
     print(f"wrote {args.out}")
 
 
