@@ -66,7 +66,7 @@ def test_a_sandbox_cannot_write_more_than_its_quota():
         assert box.disk_capped
         disk_before = shutil.disk_usage(box._root.parent).used
         flood = (
-            "for i in $(seq 40); do head -c 50M /dev/zero > /tmp/f$i; done\n"  # 2 GB asked for
+            "for i in $(seq 40); do head -c 50M /dev/zero > /tmp/flood$i; done\n"  # 2 GB asked for
             "dd if=/dev/zero of=big.bin bs=1M count=100 2>/dev/null\n"
             "head -c 50M /dev/zero > ~/h; head -c 50M /dev/zero > /dev/shm/s\n"
             "exit 1\n"
@@ -81,7 +81,7 @@ def test_a_sandbox_cannot_write_more_than_its_quota():
         assert directive and "disk quota exceeded" in directive and "16 MB" in directive
         with pytest.raises(OSError, match="No space left"):
             box.write_file("from-host.bin", b"x" * 16 * MB)  # the host's writes count against the same cap
-        assert box.run("rm -f /tmp/f* big.bin ~/h from-host.bin && echo fits > small.txt").ok  # the agent recovers
+        assert box.run("rm -f /tmp/flood* big.bin ~/h from-host.bin && echo fits > small.txt").ok  # the agent recovers
         assert box.read_file("small.txt") == b"fits\n"
 
 
