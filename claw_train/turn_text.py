@@ -75,7 +75,10 @@ def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     from claw_train.policy.streaming import TextStream
 
     stream = TextStream(tokenizer, eos_ids=())
-    return [stream.push(token) for token in ids]
+    pieces = [stream.push(token) for token in ids]
+    if pieces:
+        pieces[-1] += stream.flush()  # a reply cut off inside a character: its tail, as the whole decode shows it
+    return pieces
 
 
 def _decode(tokenizer: Any, ids: Sequence[int]) -> str:

@@ -114,3 +114,12 @@ def test_token_pieces_hold_back_a_token_that_ends_inside_a_character(tokenizer):
     pieces = token_pieces(tokenizer, ids)
     assert len(pieces) == len(ids) and "".join(pieces) == "añb → c"
     assert all("\ufffd" not in p for p in pieces)
+
+
+def test_token_pieces_keep_a_reply_cut_off_inside_a_character(tokenizer):
+    smile = tokenizer.encode("🙂", add_special_tokens=False)
+    ids = tokenizer.encode("done ", add_special_tokens=False) + smile[:1]  # cut at the token limit mid-character
+    whole = tokenizer.decode(ids)
+    assert len(smile) > 1 and whole.endswith("\ufffd")  # the reply as logged shows the broken character
+    pieces = token_pieces(tokenizer, ids)
+    assert len(pieces) == len(ids) and "".join(pieces) == whole

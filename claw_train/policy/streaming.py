@@ -39,6 +39,13 @@ class TextStream:
         self.prefix, self.read = self.read, len(self.ids)
         return text[len(sent) :]
 
+    def flush(self) -> str:
+        """The text still held back at the end (an incomplete character reads U+FFFD, as in the whole decode)."""
+        sent = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=False)
+        text = self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=False)
+        self.prefix = self.read = len(self.ids)
+        return text[len(sent) :] if text.startswith(sent) else ""
+
 
 async def stream_tokens(
     make: Callable[[OnToken], Any], submit: Callable[[Any], None], text: TextStream
