@@ -32,8 +32,7 @@ class TextStream:
         if token in self.eos:
             return ""
         self.ids.append(token)
-        sent = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=False)
-        text = self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=False)
+        sent, text = self._window()
         if len(text) <= len(sent) or text.endswith("\ufffd") or not text.startswith(sent):
             return ""
         self.prefix, self.read = self.read, len(self.ids)
@@ -41,10 +40,16 @@ class TextStream:
 
     def flush(self) -> str:
         """The text still held back at the end (an incomplete character reads U+FFFD, as in the whole decode)."""
-        sent = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=False)
-        text = self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=False)
+        sent, text = self._window()
         self.prefix = self.read = len(self.ids)
         return text[len(sent) :] if text.startswith(sent) else ""
+
+    def _window(self) -> tuple[str, str]:
+        """The decoded context already sent, and the same context with the tokens held back since."""
+        decode = self.tokenizer.decode
+        return decode(self.ids[self.prefix : self.read], skip_special_tokens=False), decode(
+            self.ids[self.prefix :], skip_special_tokens=False
+        )
 
 
 async def stream_tokens(
