@@ -79,6 +79,10 @@ def test_the_cache_is_keyed_locked_and_never_takes_a_half_built_venv(tmp_path):
     again = ensure_venv([], root=tmp_path)
     assert again not in (first, half) and (again / READY).is_file() and not half.exists() and not first.exists()
     seeded = ensure_venv(["pytest"], root=tmp_path)  # another key; this installation's pytest, copied
+    # byte-compiled when built (looked at before anything imports it): read-only in the sandbox, an uncompiled
+    # module is compiled again by every process
+    site = next((seeded / "lib").glob("python*/site-packages"))
+    assert list((site / "_pytest" / "__pycache__").glob("main.*.pyc"))
     assert seeded != again and run_python(seeded, "import pytest").returncode == 0
     with pytest.raises(VenvError, match="is not a pip requirement"):
         ensure_venv(["numpy; ; ("], root=tmp_path)

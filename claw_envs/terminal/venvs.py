@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name
 
 from claw_envs.locks import locked
 
-FORMAT = 1
+FORMAT = 2  # 2: seeded packages are byte-compiled
 READY = "claw-ready.json"
 INSTALL_TIMEOUT = 1800.0
 SEEDABLE = frozenset({"pytest"})
@@ -135,6 +135,10 @@ def _build(venv: Path, seeds: dict[str, str], rest: list[Requirement], options: 
     site = next((venv / "lib").glob("python*/site-packages"))
     for name in seeds:
         _copy_distribution(importlib.metadata.distribution(name), site, venv / "bin")
+    # Byte-compiled now, as pip would have: the sandbox binds the virtualenv read-only, so an uncompiled module is
+    # compiled again by every process (a test run's pytest start-up: 0.5 s instead of 0.25 s). Best effort: a file
+    # that does not compile is imported from source as before.
+    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", "-j", "0", str(site)], capture_output=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update(PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1", VIRTUAL_ENV=str(venv))
     if "pip" not in seeds:  # this installation has no pip to copy: the interpreter's bundled one
