@@ -190,6 +190,21 @@ def test_the_agent_timeout_ends_the_episode_and_grades_it(tmp_path):
         env.close()
 
 
+def test_a_command_killed_at_the_rounded_down_agent_time_still_ends_the_episode(tmp_path):
+    """0.44 s of agent time caps the command at 0.4 s (tenths); killed there, the time is used up, not 0.04 s left."""
+    task = shutil.copytree(GOOD / "harbor-basic", tmp_path / "rounded")
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("timeout_sec = 120.0", "timeout_sec = 0.44"))
+    env = TerminalEnv(tasks=str(task), split="test", command_timeout=10.0)
+    try:
+        env.reset()
+        obs, _reward, terminated, truncated, info = env.step(BASH("sleep 5"))
+        assert terminated and not truncated and "0.4-second limit" in obs, obs
+        assert info["check"].startswith("the agent's time for this task is used up"), info
+    finally:
+        env.close()
+
+
 def test_a_task_this_machine_cannot_provision_is_refused_naming_what_it_lacks_not_scored_zero():
     env = TerminalEnv(tasks=str(BROKEN / "needs-apt"), split="test")
     try:
