@@ -152,7 +152,7 @@ def test_every_family_trains_smollm2_with_lora_and_its_run_folder_evaluates(smol
         pytest.skip("the family's sandbox needs bubblewrap")
     out = tmp_path / "run"
     budget = FAMILY_BUDGETS[family]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CLAW_SWE_CACHE": str(tmp_path / "swe-cache")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # SWE: the instances' checkouts and venvs from the shared cache
     train = subprocess.run(
         [str(BIN / "claw-train"), "--env", family, "--model", "smollm2", "--updates", "2", "--samples-per-step", "2",
          "--group-size", "2", "--eval-every", "0", "--report-to", "none", "--max-idle-episodes", "0", *budget,
