@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from claw_train import bind
 from claw_train.argv import parse
 from claw_train.config import ConfigError, ServeArgs, resolve
 from claw_train.named_models import builds_here, first_use_line
@@ -62,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"claw-serve: {err}", file=sys.stderr)
         return 2
+    key = bind.api_key(args.serving.api_key)
+    if refused := bind.refusal(args.serving.host, key, exposes="use the model and train it"):
+        print(f"claw-serve: {refused}", file=sys.stderr)  # before torch and the model load (~10 s)
+        return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if "OMP_NUM_THREADS" in os.environ:  # the user's thread cap holds for the policy too
         os.environ.setdefault("CLAW_POLICY_THREADS", os.environ["OMP_NUM_THREADS"])
@@ -74,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from claw_train.policy.base import PolicyError
     from claw_train.replay import replay_rows
     from claw_train.serve import serve
-    from claw_train.serve.app import API_KEY_ENV, api_key, check_bind
+    from claw_train.serve.app import API_KEY_ENV
     from claw_train.trainer_options import trainer_extras
 
     hf_logging.disable_progress_bar()
@@ -82,9 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    key = api_key(args.serving)
     try:
-        check_bind(args.serving.host, key)  # before a model is loaded or built
         trainer_extras(args.training)  # a misspelt or mistyped --trainer option too
         replay_rows(args.training, spec, args.run.model)  # a missing or malformed --replay-data file
     except (RunError, ConfigError) as err:
