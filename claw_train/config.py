@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import tyro
 
 from claw_train.advantages import METHODS, Method
+from claw_train.named_models import builds_here
+from claw_train.policy.base import PolicyError
+from claw_train.policy.hf import local_path
 from claw_train.presets import preset, preset_for
 
 if TYPE_CHECKING:
@@ -415,12 +418,28 @@ def check(args: Any) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be {f'at least {low}' if low else '>= 0'}, got {value}")
     if get(args, "temperature") <= 0 and "method" in table:
         raise ConfigError(f"--temperature must be > 0 for training (log-probs need it), got {get(args, 'temperature')}")
+    if "lr" in table and (lr := get(args, "lr")) is not None and not lr > 0:
+        raise ConfigError(f"--lr must be > 0, got {lr}")
+    if "eval_temperature" in table and (t := get(args, "eval_temperature")) is not None and t < 0:
+        said = "the evaluation temperature (--eval-temperature; claw-eval: --temperature)"
+        raise ConfigError(f"{said} must be >= 0 (0: greedy), got {t}")
+    if "model" in table and loads_here(get(args, "model"), get(args, "policy")):
+        try:
+            local_path(get(args, "model"))  # a path that is not there: said before torch is imported
+        except PolicyError as err:
+            raise ConfigError(f"--model: {err}") from None
     if "merge" in table and get(args, "merge") and get(args, "lora") is False:
         raise ConfigError("--merge needs LoRA (--lora): a full fine-tune's checkpoint is the whole model already")
     if "port" in table and not 0 <= get(args, "port") <= 65535:
         raise ConfigError(f"--port must be a TCP port, 0 to 65535 (0: any free one), got {get(args, 'port')}")
     if "method" in table and (method := get(args, "method")) is not None and method not in METHODS:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
+
+
+def loads_here(model: str, policy: str) -> bool:
+    """Whether ``model`` is a hub id or a path this process reads (not ``tiny`` or a named model, which are built
+    here, and not a model name an ``openai://`` server or a scripted policy answers to)."""
+    return not builds_here(model) and not policy.startswith(("openai", "scripted:"))
 
 
 def yaml_values(pairs: Mapping[str, Any]) -> dict[str, Any]:

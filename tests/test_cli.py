@@ -80,7 +80,8 @@ def test_a_bad_trainer_option_is_said_before_any_model_loads(command, pair, says
     """``--trainer KEY VALUE`` goes to TRL's GRPOConfig: a misspelt name or a wrong type stops the command at once
     (it used to fail once the run had started, with a TypeError from inside the trainer)."""
     argv = [str(BIN / command), "--env", "echo" if command == "claw-train" else "conversation", "--trainer", *pair]
-    argv += ["--output-dir", str(tmp_path / "run"), "--model", str(tmp_path / "no-model-here")]
+    (tmp_path / "not-a-model").mkdir()  # a folder that is there, so loading it is what would fail
+    argv += ["--output-dir", str(tmp_path / "run"), "--model", str(tmp_path / "not-a-model")]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stdout + out.stderr
     assert says in out.stdout + out.stderr
@@ -91,7 +92,8 @@ def test_a_bad_trainer_option_is_said_before_any_model_loads(command, pair, says
 def test_an_env_option_the_env_refuses_is_said_before_any_model_loads(command, tmp_path):
     """``--persona nobody`` used to start the run (model, evaluation) and then fail on every episode."""
     argv = [str(BIN / command), "--env", "conversation", "--persona", "nobody", "--output-dir", str(tmp_path / "run")]
-    argv += ["--model", str(tmp_path / "no-model-here")]
+    (tmp_path / "not-a-model").mkdir()  # a folder that is there, so loading it is what would fail
+    argv += ["--model", str(tmp_path / "not-a-model")]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stdout + out.stderr
     said = " ".join((out.stdout + out.stderr).split())  # rich wraps long lines

@@ -420,6 +420,11 @@ def test_cli_bad_input(tmp_path, capsys):
     fails("--env", "echo", "--max-new-tokens", "0", says="--max-new-tokens must be at least 1, got 0")
     fails("--env", "echo", "--max-turns", "0", says="--max-turns must be at least 1, got 0")
     fails("--env", "echo", "--samples-per-step", "1", says="--samples-per-step must be at least 2, got 1")
+    fails("--env", "echo", "--lr", "-1", says="--lr must be > 0, got -1.0")  # before a model loads, not in TRL
+    missing = str(tmp_path / "no-model")
+    fails("--env", "echo", "--model", missing, says=f"--model: model path {missing!r} does not exist")
+    fails("--env", "echo", "--lr", "nan", says="--lr must be > 0, got nan")
+    fails("--env", "echo", "--eval-temperature", "-0.5", says="(--eval-temperature; claw-eval: --temperature) must")
     for text, says in (
         ("lr: fast\n", "lr must be a number, not 'fast'"),
         ("votes: 2.5\n", "votes must be a whole number, not 2.5"),

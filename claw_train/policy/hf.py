@@ -14,7 +14,7 @@ from typing import Any
 from claw_train.policy.base import PolicyError
 
 
-def _local_path(model_path: str) -> Path | None:
+def local_path(model_path: str) -> Path | None:
     """The local path ``model_path`` names, or None when it reads as a hub id (``org/name``)."""
     path = Path(model_path).expanduser()
     if path.exists():
@@ -71,7 +71,7 @@ def _check_causal_lm(model_path: str) -> None:
         except PolicyError as err:
             raise PolicyError(f"the LoRA checkpoint {model_path!r} cannot be rebuilt on its base model: {err}") from err
         return
-    path = _local_path(model_path)
+    path = local_path(model_path)
     if path is not None:
         if not path.is_dir():
             raise PolicyError(f"model path {model_path!r} is a file; give the model's directory")
