@@ -6,7 +6,7 @@ search in Chromium, and whether an open page slows a training run.
 
 First paint: from navigation to the run's header and the score chart drawn. Filtered search: from typing into the
 text filter (with version and hint filters set) to the match count updating, the page's 250 ms debounce included.
-The README states the bounds tests/test_view_scale.py holds the page to.
+These are the README's figures; tests/test_view_scale.py checks that what the page fetches does not grow with the run.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""claw-view on a synthetic run folder of 200,000 turns (built once): the page's first paint and a filtered search
-each stay under the bounds the README states (measured by bench/view.py), and the filtered count is the one the
-files give."""
+"""claw-view on a synthetic run folder of 200,000 turns (built once): what the page fetches for its first paint and
+for a filtered search does not grow with the run (the same as on 2,000 turns: charts of the curves, one page of
+rows), the filtered count is the one the files give, and paging reaches the end of the filtered list. How long
+these take is measured by bench/view.py (the README's figures), not asserted here: these machines are noisy."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,50 +24,66 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs the system Chromium"),
 ]
 TURNS = 200_000
+FEW = 2_000
 PAINTED = "() => window.clawView && window.clawView.charts.score && document.querySelector('.run')"
-FIRST_PAINT_BOUND_S = 3.0
-"""Navigation to the header and the score chart drawn (bench/view.py: 0.7 s median on a busy 2-core machine)."""
-SEARCH_BOUND_S = 2.0
-"""Typing a search word (with version and hint filters set) to the match count updated, debounce included
-(bench/view.py: 0.45 s)."""
+SLACK = 2.0  # a run 100x larger fetches under twice as much (its counts have more digits: 4,793 bytes against 4,465)
 
 
 @pytest.fixture(scope="module")
-def big(tmp_path_factory):
-    folder = write_synthetic_run(tmp_path_factory.mktemp("big") / "run", turns=TURNS)
-    index = RunIndex(folder)
-    server = ViewServer([index], listen("127.0.0.1", 0), every=0.25)
-    url = server.start()
-    deadline = time.monotonic() + 120
-    while index.turns.n < TURNS:
-        assert time.monotonic() < deadline, f"indexed only {index.turns.n} turns in 120 s"
-        time.sleep(0.1)
-    yield url, index
-    server.stop()
+def served(tmp_path_factory):
+    """``{turns: (url, index)}`` for a run of ``TURNS`` and one of ``FEW`` (the same 20 versions)."""
+    out, servers = {}, []
+    for turns in (TURNS, FEW):
+        folder = write_synthetic_run(tmp_path_factory.mktemp("runs") / f"run-{turns}", turns=turns)
+        index = RunIndex(folder)
+        server = ViewServer([index], listen("127.0.0.1", 0), every=0.25)
+        servers.append(server)
+        out[turns] = (server.start(), index)
+        deadline = time.monotonic() + 120
+        while index.turns.n < turns:
+            assert time.monotonic() < deadline, f"indexed only {index.turns.n} turns in 120 s"
+            time.sleep(0.1)
+    yield out
+    for server in servers:
+        server.stop()
 
 
-def test_first_paint_and_a_filtered_search_are_quick_on_200000_turns(big):
-    url, index = big
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS), headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(url)
-        page.wait_for_function(PAINTED)
-        painted = page.evaluate("() => performance.now()") / 1000
-        assert painted < FIRST_PAINT_BOUND_S, f"first paint took {painted:.2f} s"
-        sync_api.expect(page.locator(".run .counts")).to_contain_text(f"turns {TURNS}")
+def visit(pw: Any, url: str, turns: int, check: Any = None) -> tuple[int, int]:
+    """Open the page, then search the Turns tab (versions 3-12, hinted, "bold"); the bytes fetched by each, from the
+    run's server (the static files are the same for any run). ``check(page)`` runs on the searched page."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS), headless=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    seen: list[Any] = []
+    page.on("response", lambda response: seen.append(response))
 
-        page.get_by_role("tab", name="Turns").click()
-        page.locator(".tabulator-row").first.wait_for()
-        page.locator("#filters [name=version]").fill("3-12")
-        page.locator("#filters [name=hint]").select_option("yes")
-        page.wait_for_timeout(600)
-        before = page.locator("#match-count").inner_text()
-        started = time.perf_counter()
-        page.locator("#filters [name=q]").fill("bold")
-        page.wait_for_function("(b) => document.querySelector('#match-count').textContent !== b", arg=before)
-        searched = time.perf_counter() - started
-        assert searched < SEARCH_BOUND_S, f"the filtered search took {searched:.2f} s"
+    def fetched(responses: list[Any]) -> int:
+        return sum(len(r.body()) for r in responses if "/api/" in r.url)
+
+    page.goto(url)
+    page.wait_for_function(PAINTED)
+    sync_api.expect(page.locator(".run .counts")).to_contain_text(f"turns {turns}")
+    painted = fetched(seen)
+    page.get_by_role("tab", name="Turns").click()
+    page.locator(".tabulator-row").first.wait_for()
+    page.locator("#filters [name=version]").fill("3-12")
+    page.locator("#filters [name=hint]").select_option("yes")
+    page.wait_for_timeout(600)
+    before = page.locator("#match-count").inner_text()
+    start = len(seen)
+    page.locator("#filters [name=q]").fill("bold")
+    page.wait_for_function("(b) => document.querySelector('#match-count').textContent !== b", arg=before)
+    page.wait_for_load_state("networkidle")
+    searched = fetched(seen[start:])
+    if check is not None:
+        check(page)
+    browser.close()
+    return painted, searched
+
+
+def test_first_paint_and_a_filtered_search_fetch_what_a_small_run_does_on_200000_turns(served):
+    url, index = served[TURNS]
+
+    def check(page: Any) -> None:
         expected = sum(
             3 <= index.turns.version.values[i] <= 12 and index.turns.hint.values[i] and "bold" in index.turns.search[i]
             for i in range(TURNS)
@@ -75,4 +93,9 @@ def test_first_paint_and_a_filtered_search_are_quick_on_200000_turns(big):
         assert "Don't use any bold text." in page.locator(".tabulator-row").first.inner_text()
         page.locator(".tabulator-page[data-page=last]").click()  # the last page of the filtered list, from the server
         sync_api.expect(page.locator(".tabulator-page.active")).to_have_text(str(-(-expected // 50)))
-        browser.close()
+
+    with sync_api.sync_playwright() as pw:
+        big = visit(pw, url, TURNS, check)
+        small = visit(pw, served[FEW][0], FEW)
+    assert big[0] <= small[0] * SLACK, f"first paint fetched {big[0]} bytes on {TURNS} turns, {small[0]} on {FEW}"
+    assert big[1] <= small[1] * SLACK, f"the search fetched {big[1]} bytes on {TURNS} turns, {small[1]} on {FEW}"
