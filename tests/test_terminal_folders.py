@@ -174,13 +174,19 @@ def test_reward_json_is_read_and_clipped(tmp_path):
         env.close()
 
 
-def test_the_agent_timeout_ends_the_episode_and_grades_it(tmp_path):
-    task = shutil.copytree(GOOD / "harbor-basic", tmp_path / "short")
+def timed_task(tmp_path: Path, agent_seconds: float) -> TerminalEnv:
+    """The harbor-basic task with ``agent_seconds`` of agent time (its task.toml's ``timeout_sec``), reset."""
+    task = shutil.copytree(GOOD / "harbor-basic", tmp_path / "timed")
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace("timeout_sec = 120.0", "timeout_sec = 3.0"))
+    toml.write_text(toml.read_text().replace("timeout_sec = 120.0", f"timeout_sec = {agent_seconds}"))
     env = TerminalEnv(tasks=str(task), split="test", command_timeout=10.0)
+    env.reset()
+    return env
+
+
+def test_the_agent_timeout_ends_the_episode_and_grades_it(tmp_path):
+    env = timed_task(tmp_path, 3.0)
     try:
-        env.reset()
         assert env.step(BASH("sleep 1"))[-1]["status"] == "ok"
         obs, _reward, terminated, truncated, info = env.step(BASH("sleep 5; echo 35.49 > /app/total.txt"))
         assert terminated and not truncated and re.search(r"longer than the [\d.]+-second limit", obs), obs
@@ -192,12 +198,8 @@ def test_the_agent_timeout_ends_the_episode_and_grades_it(tmp_path):
 
 def test_a_command_killed_at_the_rounded_down_agent_time_still_ends_the_episode(tmp_path):
     """0.44 s of agent time caps the command at 0.4 s (tenths); killed there, the time is used up, not 0.04 s left."""
-    task = shutil.copytree(GOOD / "harbor-basic", tmp_path / "rounded")
-    toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace("timeout_sec = 120.0", "timeout_sec = 0.44"))
-    env = TerminalEnv(tasks=str(task), split="test", command_timeout=10.0)
+    env = timed_task(tmp_path, 0.44)
     try:
-        env.reset()
         obs, _reward, terminated, truncated, info = env.step(BASH("sleep 5"))
         assert terminated and not truncated and "0.4-second limit" in obs, obs
         assert info["check"].startswith("the agent's time for this task is used up"), info
