@@ -423,7 +423,7 @@ def check(args: Any) -> None:
     if "eval_temperature" in table and (t := get(args, "eval_temperature")) is not None and t < 0:
         said = "the evaluation temperature (--eval-temperature; claw-eval: --temperature)"
         raise ConfigError(f"{said} must be >= 0 (0: greedy), got {t}")
-    if "model" in table and loads_here(get(args, "model"), get(args, "policy")):
+    if "model" in table and _loads_here(get(args, "model"), get(args, "policy")):
         try:
             local_path(get(args, "model"))  # a path that is not there: said before torch is imported
         except PolicyError as err:
@@ -436,7 +436,7 @@ def check(args: Any) -> None:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
 
 
-def loads_here(model: str, policy: str) -> bool:
+def _loads_here(model: str, policy: str) -> bool:
     """Whether ``model`` is a hub id or a path this process reads (not ``tiny`` or a named model, which are built
     here, and not a model name an ``openai://`` server or a scripted policy answers to)."""
     return not builds_here(model) and not policy.startswith(("openai", "scripted:"))

@@ -46,10 +46,8 @@ class TextStream:
 
     def _window(self) -> tuple[str, str]:
         """The decoded context already sent, and the same context with the tokens held back since."""
-        decode = self.tokenizer.decode
-        return decode(self.ids[self.prefix : self.read], skip_special_tokens=False), decode(
-            self.ids[self.prefix :], skip_special_tokens=False
-        )
+        sent = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=False)
+        return sent, self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=False)
 
 
 async def stream_tokens(
