@@ -106,10 +106,9 @@ def test_a_command_past_its_timeout_kills_the_shell_and_its_jobs_and_a_new_one_s
 
 
 def test_reading_stdin_returns_at_once_instead_of_eating_the_next_command(env):
-    started = time.monotonic()
+    # a read that waited would end at the 2 s limit instead: "ran longer than the 2-second limit", no returncode
     assert run(env, "cat; read line; echo read=$?")[0] == "read=1\nreturncode=0"
     assert run(env, "echo still here")[0] == "still here\nreturncode=0"
-    assert time.monotonic() - started < 1.9  # neither waited for the 2 s timeout
 
 
 def test_nothing_is_left_running_after_close_or_the_end_of_an_episode(env):

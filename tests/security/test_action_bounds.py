@@ -56,12 +56,10 @@ def terminal():
     env.close()
 
 
-def refused(env, action: str, *needles: str, tag: str | None = None, within: float = 1.0) -> dict:
-    """Step ``action``: it must come back fast as the agent's error (-1, a directive naming ``needles``), with
-    nothing run in a sandbox, and the episode going on."""
-    start = time.monotonic()
+def refused(env, action: str, *needles: str, tag: str | None = None) -> dict:
+    """Step ``action``: it must come back as the agent's error (-1, a directive naming ``needles``), with nothing run
+    in a sandbox, and the episode going on."""
     _, reward, terminated, _, info = env.step(action)
-    took = time.monotonic() - start
     ns = info["next_state"]
     assert info["status"] == "ok", ns.text
     assert ns.evaluative.score == -1.0 and ns.directive, ns
@@ -71,7 +69,6 @@ def refused(env, action: str, *needles: str, tag: str | None = None, within: flo
         assert any(tag in t for t in ns.evaluative.tags), ns.evaluative.tags
     assert not terminated and reward == 0.0
     assert env.sandbox.current is None, "something ran in the sandbox"
-    assert took < within, f"refusing took {took:.2f} s"
     return info
 
 
@@ -148,16 +145,16 @@ def test_the_calls_of_one_turn_share_a_time_budget():
     env = ToolCallEnv(split="test", tool_timeout=2.0)  # budget: 2 × 2 s
     assert env.turn_time_budget == 4.0 and env.max_calls_per_turn == 8
     env.reset(seed=0)
-    start = time.monotonic()
     _, _, _, _, info = env.step("\n".join([py("import time; time.sleep(0.9); print('ok')")] * 8))
-    took = time.monotonic() - start
     env.close()
     ns = info["next_state"]
-    assert took < 4.0 + 1.5, f"8 × sleep(0.9) took {took:.1f} s with a 4 s budget"
     assert info["status"] == "ok" and ns.evaluative.score == -1.0 and "turn_time_budget" in ns.evaluative.tags
     assert "4 s in all" in ns.directive
     outputs = [m["content"] for m in info["messages"] if m["role"] == "tool"]
-    assert len(outputs) == 8 and outputs[0].strip() == "ok" and "was not run" in outputs[-1]
+    finished = [out for out in outputs if out.strip() == "ok"]
+    # at most 4 × 0.9 s fit the 4 s (without the shared budget all 8 would say ok): the rest are stopped or not run
+    assert len(outputs) == 8 and len(finished) <= 4 and "was not run" in outputs[-1], outputs
+    assert all("the calls of one turn share the 4-second" in out for out in outputs[len(finished) :]), outputs
 
 
 @needs_bwrap
@@ -166,11 +163,12 @@ def test_the_per_turn_defaults_bound_a_turn_of_sleeps():
     Measured with the same ratios at a tenth of the scale: 5 × sleep(0.95) with a 1 s timeout."""
     env = ToolCallEnv(split="test", tool_timeout=1.0, turn_time_budget=None)
     env.reset(seed=0)
-    start = time.monotonic()
     _, _, _, _, info = env.step("".join([py("import time; time.sleep(0.95)")] * 5))
-    took = time.monotonic() - start
     env.close()
-    assert took < env.turn_time_budget + 1.5 and "turn_time_budget" in info["next_state"].evaluative.tags
+    assert env.turn_time_budget == 2.0 and "turn_time_budget" in info["next_state"].evaluative.tags
+    outputs = [m["content"] for m in info["messages"] if m["role"] == "tool"]
+    stopped = [out for out in outputs if "the calls of one turn share the 2-second" in out]
+    assert len(outputs) == 5 and len(stopped) >= 3, outputs  # at most 2 × 0.95 s of sleeping ran to the end
 
 
 @needs_bwrap

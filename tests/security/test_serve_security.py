@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -167,11 +168,11 @@ def test_a_non_loopback_bind_needs_a_key(model_path, tmp_path):
 
 
 class HealthProbe:
-    """Polls ``/healthz`` from a thread over plain sockets (an HTTP client library adds its own delays, ~40 ms of
-    delayed ACKs on a kept-alive connection); ``done()`` returns the slowest answer seen."""
+    """Polls ``/healthz`` from a thread over plain sockets, recording when each request went out and when its answer
+    was in (monotonic seconds); ``done()`` stops it and returns those spans."""
 
     def __init__(self, port: int):
-        self.port, self.times, self.stop = port, [], threading.Event()
+        self.port, self.spans, self.stop = port, [], threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -184,14 +185,30 @@ class HealthProbe:
                 while data := sock.recv(65536):
                     reply += data
             assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
-            self.times.append(time.monotonic() - started)
+            self.spans.append((started, time.monotonic()))
             time.sleep(0.005)
 
-    def done(self) -> float:
+    def done(self) -> list[tuple[float, float]]:
         self.stop.set()
         self.thread.join(30)
-        assert self.times, "no /healthz answer"
-        return max(self.times)
+        assert self.spans, "no /healthz answer"
+        return self.spans
+
+
+@dataclass
+class Upload:
+    """What :func:`raw_post` saw: when it began, when the status line came back, the body bytes written, whether the
+    server cut the upload off (a write failed before the whole body was sent), and the response."""
+
+    started: float
+    answered: float
+    sent: int
+    cut_off: bool
+    reply: bytes
+
+    def answered_during(self, spans: list[tuple[float, float]]) -> int:
+        """How many of a probe's requests were sent and answered while this upload was under way."""
+        return sum(self.started < began and ended < self.answered for began, ended in spans)
 
 
 def big_body(size: int) -> bytes:
@@ -200,14 +217,14 @@ def big_body(size: int) -> bytes:
 
 def raw_post(
     port: int, content: bytes, *, chunked: bool, key: str = KEY, piece: int = 1 << 20, pause: float = 0.0
-) -> tuple[float, bytes]:
+) -> Upload:
     """POST ``content`` over a plain socket (declared by Content-Length, or chunked), sending it from another thread
-    in ``piece``-byte writes ``pause`` seconds apart (0: as fast as the server reads); returns the seconds until the
-    status line came back, and the response."""
+    in ``piece``-byte writes ``pause`` seconds apart (0: as fast as the server reads)."""
     head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\n"
     head += "Content-Type: application/json\r\nConnection: close\r\n"
     head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {len(content)}\r\n\r\n"
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sent, cut_off = [0], [False]
 
     def send() -> None:
         try:
@@ -215,11 +232,12 @@ def raw_post(
             for i in range(0, len(content), piece):
                 part = content[i : i + piece]
                 sock.sendall(f"{len(part):x}\r\n".encode() + part + b"\r\n" if chunked else part)
+                sent[0] += len(part)
                 time.sleep(pause)
             if chunked:
                 sock.sendall(b"0\r\n\r\n")
         except OSError:  # the server answered and closed: the rest is not wanted
-            pass
+            cut_off[0] = True
 
     started = time.monotonic()
     sender = threading.Thread(target=send, daemon=True)
@@ -229,7 +247,7 @@ def raw_post(
         data = sock.recv(65536)
         assert data, reply
         reply += data
-    elapsed = time.monotonic() - started
+    answered = time.monotonic()
     sock.settimeout(5)
     try:
         while data := sock.recv(65536):
@@ -238,54 +256,63 @@ def raw_post(
         pass
     sock.close()
     sender.join(30)
-    return elapsed, reply
+    return Upload(started, answered, sent[0], cut_off[0], reply)
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-def test_a_50mb_body_is_refused_in_under_a_second_while_healthz_answers(server, chunked):
-    content = big_body(50_000_000)  # built first: the probe shares this process
-    probe = HealthProbe(server.port)
-    time.sleep(0.2)
-    elapsed, reply = raw_post(server.port, content, chunked=chunked)
-    worst = probe.done()
+def too_large(reply: bytes) -> dict:
+    """The OpenAI-shaped error of a raw 413 reply."""
     status, _, rest = reply.partition(b"\r\n")
     assert status.startswith(b"HTTP/1.1 413"), reply[:300]
     error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
     assert error["code"] == "request_too_large" and error["type"] == "invalid_request_error"
-    how = "chunked" if chunked else "Content-Length"
-    print(
-        f"\n413 after {elapsed * 1000:.0f} ms ({how}); /healthz worst {worst * 1000:.0f} ms, {len(probe.times)} probes"
-    )
-    assert elapsed < 1.0 and worst < 0.1
+    return error
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_50mb_body_is_refused_before_it_is_read_while_healthz_answers(server, chunked):
+    """Refused from its Content-Length before any of it is read or, chunked, once the bytes read pass the limit: the
+    rest of the upload is cut off (50 MB is more than the limit plus what a loopback connection's buffers can hold:
+    4 MiB + at most 32 + 4 MiB here), and the server goes on answering. Checked by bytes, not by a time (the README's
+    timings come from ``bench/serve_limits.py``)."""
+    content = big_body(50_000_000)  # built first: the probe shares this process
+    probe = HealthProbe(server.port)
+    time.sleep(0.2)
+    upload = raw_post(server.port, content, chunked=chunked)
+    too_large(upload.reply)
+    assert upload.cut_off and upload.sent < len(content), upload
+    probe.done()  # every /healthz asked during it answered 200
+    assert httpx.get(f"{server.root}/healthz").json()["status"] == "ok"  # and after it
     # the real client gets the same answer, in the OpenAI shape
-    started = time.monotonic()
     big = {"model": "tiny", "messages": [{"role": "user", "content": "x" * 50_000_000}]}
-    r = server.post(big, headers={"X-Session-Id": "big"})
-    assert openai_error(r, 413)["code"] == "request_too_large" and time.monotonic() - started < 5
+    assert openai_error(server.post(big, headers={"X-Session-Id": "big"}), 413)["code"] == "request_too_large"
 
 
 def test_bodies_near_the_limit(server):
     """Just over the limit: 413; just under, a prompt far past the context: a 400 refused on its character count,
-    before it is tokenised (the message says so; not a time, which a loaded machine stretched past 1 s once), /healthz
-    answering all along; without the key a big body is a 401 before it is read."""
+    before it is tokenised (the message says so; not a time, which a loaded machine stretched past 1 s once); a slow
+    chunked upload is cut off once past the limit, /healthz answering while it goes on; without the key a big body is
+    a 401 before it is read."""
     pad = {"model": "tiny", "messages": [{"role": "user", "content": ""}]}
     overhead = len(json.dumps(pad))
     over = {"model": "tiny", "messages": [{"role": "user", "content": "x" * (LIMIT - overhead + 1)}]}
     assert len(json.dumps(over)) == LIMIT + 1
     assert openai_error(server.post(over), 413)["code"] == "request_too_large"
     under = {"model": "tiny", "messages": [{"role": "user", "content": "x" * (LIMIT - overhead)}]}
-    slow = big_body(8_000_000)  # built first: the probe shares this process
+    slow = big_body(16_000_000)  # built first: the probe shares this process
     probe = HealthProbe(server.port)
     for session in ("near-limit", None):
         r = server.post(under, headers={"X-Session-Id": session} if session else {})
         said = openai_error(r, 400)["message"]
         assert said.startswith(f"the prompt has {LIMIT - overhead} characters: more tokens than the model's context")
-    # a slow chunked upload (64 KiB every 10 ms): /healthz answers all along, the 413 comes once 4 MiB are in
-    elapsed, reply = raw_post(server.port, slow, chunked=True, piece=1 << 16, pause=0.01)
-    assert reply.startswith(b"HTTP/1.1 413") and elapsed < 5
-    worst = probe.done()
-    print(f"\nnear the limit: 413 after {elapsed:.2f} s of a slow upload; /healthz worst {worst * 1000:.1f} ms")
-    assert worst < 0.1, sorted(probe.times)[-5:]
+    # 64 KiB every 10 ms: the server reads it as it comes (at least 64 pieces before the limit), so a /healthz asked
+    # and answered within those pieces shows the upload does not hold up the event loop
+    upload = raw_post(server.port, slow, chunked=True, piece=1 << 16, pause=0.01)
+    too_large(upload.reply)
+    assert upload.cut_off and upload.sent < len(slow), upload
+    spans = probe.done()
+    answered = upload.answered_during(spans)
+    print(f"\nnear the limit: 413 after {upload.answered - upload.started:.2f} s of a slow upload; {answered} /healthz")
+    assert answered >= 1, spans
     assert openai_error(server.post(over, key="nope"), 401)["code"] == "invalid_api_key"
 
 
