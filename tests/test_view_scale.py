@@ -48,9 +48,18 @@ def served(tmp_path_factory):
         server.stop()
 
 
-def visit(pw: Any, url: str, turns: int, check: Any = None) -> tuple[int, int]:
+def matching(index: RunIndex, q: str = "") -> str:
+    """The match count the page must show for versions 3-12, hinted, with ``q`` in the text (from the files)."""
+    t = index.turns
+    n = sum(3 <= t.version.values[i] <= 12 and t.hint.values[i] and q in t.search[i] for i in range(t.n))
+    return f"{n} turn(s)"
+
+
+def visit(pw: Any, url: str, index: RunIndex, check: Any = None) -> tuple[int, int]:
     """Open the page, then search the Turns tab (versions 3-12, hinted, "bold"); the bytes fetched by each, from the
-    run's server (the static files are the same for any run). ``check(page)`` runs on the searched page."""
+    run's server (the static files are the same for any run). Each step waits for the count the files give, not for
+    a time: a loaded machine once answered the version and hint filters after the search had begun. ``check(page)``
+    runs on the searched page."""
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS), headless=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     seen: list[Any] = []
@@ -61,17 +70,18 @@ def visit(pw: Any, url: str, turns: int, check: Any = None) -> tuple[int, int]:
 
     page.goto(url)
     page.wait_for_function(PAINTED)
-    sync_api.expect(page.locator(".run .counts")).to_contain_text(f"turns {turns}")
+    sync_api.expect(page.locator(".run .counts")).to_contain_text(f"turns {index.turns.n}")
     painted = fetched(seen)
     page.get_by_role("tab", name="Turns").click()
     page.locator(".tabulator-row").first.wait_for()
     page.locator("#filters [name=version]").fill("3-12")
     page.locator("#filters [name=hint]").select_option("yes")
-    page.wait_for_timeout(600)
-    before = page.locator("#match-count").inner_text()
+    count = page.locator("#match-count")
+    sync_api.expect(count).to_have_text(matching(index), timeout=60_000)
+    page.wait_for_load_state("networkidle")
     start = len(seen)
     page.locator("#filters [name=q]").fill("bold")
-    page.wait_for_function("(b) => document.querySelector('#match-count').textContent !== b", arg=before)
+    sync_api.expect(count).to_have_text(matching(index, "bold"), timeout=60_000)
     page.wait_for_load_state("networkidle")
     searched = fetched(seen[start:])
     if check is not None:
@@ -84,18 +94,14 @@ def test_first_paint_and_a_filtered_search_fetch_what_a_small_run_does_on_200000
     url, index = served[TURNS]
 
     def check(page: Any) -> None:
-        expected = sum(
-            3 <= index.turns.version.values[i] <= 12 and index.turns.hint.values[i] and "bold" in index.turns.search[i]
-            for i in range(TURNS)
-        )
-        assert page.locator("#match-count").inner_text() == f"{expected} turn(s)"
+        expected = int(matching(index, "bold").split()[0])
         assert page.evaluate("() => window.clawView.table.getData().length") == 50  # one page (rows drawn as seen)
         assert "Don't use any bold text." in page.locator(".tabulator-row").first.inner_text()
         page.locator(".tabulator-page[data-page=last]").click()  # the last page of the filtered list, from the server
         sync_api.expect(page.locator(".tabulator-page.active")).to_have_text(str(-(-expected // 50)))
 
     with sync_api.sync_playwright() as pw:
-        big = visit(pw, url, TURNS, check)
-        small = visit(pw, served[FEW][0], FEW)
+        big = visit(pw, url, index, check)
+        small = visit(pw, *served[FEW])
     assert big[0] <= small[0] * SLACK, f"first paint fetched {big[0]} bytes on {TURNS} turns, {small[0]} on {FEW}"
     assert big[1] <= small[1] * SLACK, f"the search fetched {big[1]} bytes on {TURNS} turns, {small[1]} on {FEW}"
