@@ -56,25 +56,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "OMP_NUM_THREADS" in os.environ:  # the user's thread cap holds for the policy too
             os.environ.setdefault("CLAW_POLICY_THREADS", os.environ["OMP_NUM_THREADS"])
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))
-    from transformers.utils import logging as hf_logging
-
-    from claw_train.pipeline import Pipeline, RunError
-    from claw_train.policy.base import PolicyError
-
-    hf_logging.disable_progress_bar()  # the live display says what is going on
     from claw_train.distributed import process_rank
+    from claw_train.pipeline import Pipeline, RunError
     from claw_train.pipeline.cluster import join_cluster
     from claw_train.pipeline.ranks import refuse_sharded_weights
+    from claw_train.policy.base import PolicyError
     from claw_train.replay import replay_rows
-    from claw_train.trainer_options import trainer_extras
 
     model_path = None
     try:
-        refuse_sharded_weights()  # said before any model loads, like a --ray-address without a cluster
-        trainer_extras(args.training)  # a misspelt or mistyped --trainer option too
-        replay_rows(args.training, spec, args.run.model)  # a missing or malformed --replay-data file
+        # said before torch is imported (~1 s rather than ~10): a launch that shards the weights, a missing or
+        # malformed --replay-data file, a --ray-address without a cluster
+        refuse_sharded_weights()
+        replay_rows(args.training, spec, args.run.model)
         if process_rank() == 0:
             join_cluster(args.rollout)
+        from transformers.utils import logging as hf_logging
+
+        from claw_train.trainer_options import trainer_extras
+
+        hf_logging.disable_progress_bar()  # the live display says what is going on
+        trainer_extras(args.training)  # a misspelt or mistyped --trainer option: before any model loads
         if builds_here(args.run.model) and process_rank() == 0:  # under accelerate launch, rank 0 tells the others
             from claw_train.policy.loader import resolve_model
 
