@@ -29,7 +29,7 @@ import tyro
 from claw_train.advantages import METHODS, Method
 from claw_train.named_models import builds_here
 from claw_train.policy.base import PolicyError
-from claw_train.policy.hf import local_path
+from claw_train.policy.hf import check_cached_offline, local_path
 from claw_train.presets import preset, preset_for
 
 if TYPE_CHECKING:
@@ -423,11 +423,8 @@ def check(args: Any) -> None:
     if "eval_temperature" in table and (t := get(args, "eval_temperature")) is not None and t < 0:
         said = "the evaluation temperature (--eval-temperature; claw-eval: --temperature)"
         raise ConfigError(f"{said} must be >= 0 (0: greedy), got {t}")
-    if "model" in table and _loads_here(get(args, "model"), get(args, "policy")):
-        try:
-            local_path(get(args, "model"))  # a path that is not there: said before torch is imported
-        except PolicyError as err:
-            raise ConfigError(f"--model: {err}") from None
+    if "model" in table:
+        check_model(args)  # a path that is not there
     if "merge" in table and get(args, "merge") and get(args, "lora") is False:
         raise ConfigError("--merge needs LoRA (--lora): a full fine-tune's checkpoint is the whole model already")
     if "port" in table and not 0 <= get(args, "port") <= 65535:
@@ -436,15 +433,15 @@ def check(args: Any) -> None:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
 
 
-def _loads_here(model: str, policy: str) -> bool:
-    """Whether ``model`` is a hub id or a path this process reads (not ``tiny`` or a named model, which are built
-    here, and not a model name an ``openai://`` server or a scripted policy answers to)."""
-    return not builds_here(model) and not policy.startswith(("openai", "scripted:"))
-
-
-def yaml_values(pairs: Mapping[str, Any]) -> dict[str, Any]:
-    """KEY VALUE options (``--trainer``, ``--env-kwargs``, ``--judge-options``) with values read as YAML scalars
-    (``1e-5`` is a number)."""
-    from claw_train import yaml_text
-
-    return {key: yaml_text.load(value) if isinstance(value, str) else value for key, value in pairs.items()}
+def check_model(args: Any, *, hub: bool = False) -> None:
+    """``--model`` where this process loads it (not ``tiny`` or a named model, built here; not a name an ``openai://``
+    server or a scripted policy answers to): a path must be there and, with ``hub``, a hub id must be in the local
+    cache while the hub is off (``HF_HUB_OFFLINE``). Said before torch is imported; the commands ask for ``hub``."""
+    model = get(args, "model")
+    if builds_here(model) or get(args, "policy").startswith(("openai", "scripted:")):
+        return
+    try:
+        if local_path(model) is None and hub:
+            check_cached_offline(model)
+    except PolicyError as err:
+        raise ConfigError(f"--model: {err}") from None

@@ -10,7 +10,8 @@ import claw_envs
 from claw_envs import FamilySpec
 from claw_envs.spec import resolve
 from claw_envs.tasks import TaskSource, TaskSourceError, load_source
-from claw_train.config import ConfigError, RolloutConfig, spec_for, yaml_values
+from claw_train.config import ConfigError, RolloutConfig, spec_for
+from claw_train.yaml_text import option_values
 
 
 def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:
@@ -27,7 +28,7 @@ def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:
 
 def env_kwargs_for(spec: FamilySpec, rollout: RolloutConfig) -> dict[str, Any]:
     """Constructor arguments for the family's env: ``--env-kwargs``, the options it takes by name, ``--max-turns``."""
-    kwargs = yaml_values(rollout.env_kwargs)
+    kwargs = option_values(rollout.env_kwargs)
     for name in spec.env_options:
         value = getattr(rollout, name, None)
         if value is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from claw_train import yaml_text
-from claw_train.config import ConfigError, TrainingConfig, unknown_option, yaml_values
+from claw_train.config import ConfigError, TrainingConfig, unknown_option
 from claw_train.distributed import world_size
 from claw_train.trainer import ClawConfig
 
@@ -40,7 +40,7 @@ def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed:
 def trainer_extras(training: TrainingConfig) -> dict[str, Any]:
     """The ``--trainer`` KEY VALUE pairs as :class:`ClawConfig` types them; an unknown name or a value of the wrong
     type is a :class:`ConfigError` (the CLI checks them before any model loads)."""
-    extras = yaml_values(training.trainer)
+    extras = yaml_text.option_values(training.trainer)
     fields = typing.get_type_hints(ClawConfig)
     if unknown := [name for name in extras if name not in fields]:
         raise ConfigError(f"--trainer: {unknown_option(unknown[0], fields, otherwise=' (any GRPOConfig field)')}")

@@ -32,6 +32,12 @@ def load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
+def option_values(pairs: Mapping[str, Any]) -> dict[str, Any]:
+    """KEY VALUE options (``--trainer``, ``--env-kwargs``, ``--judge-options``) with values read as YAML scalars
+    (``1e-5`` is a number)."""
+    return {key: load(value) if isinstance(value, str) else value for key, value in pairs.items()}
+
+
 def coerce_fields(values: Mapping[str, Any], cls: type) -> dict[str, Any]:
     """``values`` as the dataclass ``cls`` types its fields (:func:`coerce`); names it lacks pass through."""
     hints = typing.get_type_hints(cls)

@@ -443,14 +443,14 @@ def test_exponent_numbers_are_numbers_in_the_config_file_and_key_value_options(t
     """``1e-5`` (how papers print learning rates) is a float, not the string YAML 1.1 would make of it."""
     from claw_train.argv import load_yaml, parse
     from claw_train.commands.train import TrainArgs
-    from claw_train.config import yaml_values
     from claw_train.trainer_options import grpo_config
+    from claw_train.yaml_text import option_values
 
     path = tmp_path / "lr.yaml"
     path.write_text("lr: 1e-5\ntrainer: {adam_epsilon: 1E-6, warmup_steps: 2}\neval_at: [0, 4]\n")
     trainer = {"adam_epsilon": 1e-6, "warmup_steps": 2}
     assert load_yaml(path, TrainArgs) == {"lr": 1e-5, "trainer": trainer, "eval_at": (0, 4)}
-    got = yaml_values({"a": "3e4", "b": "-2.5E-1", "c": "1e5x", "d": "7"})
+    got = option_values({"a": "3e4", "b": "-2.5E-1", "c": "1e5x", "d": "7"})
     assert got == {"a": 3e4, "b": -0.25, "c": "1e5x", "d": 7}
     path.write_text("lr: 1e-5\n")
     argv = [

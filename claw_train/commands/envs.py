@@ -128,16 +128,17 @@ def check(
 
     import claw_envs
     from claw_envs.check import check_env
-    from claw_train.config import ConfigError, yaml_values
+    from claw_train.config import ConfigError
     from claw_train.families import spec_for, tasks_for
     from claw_train.progress import Progress
+    from claw_train.yaml_text import option_values
 
     if split not in ("train", "test", "all"):
         raise typer.BadParameter(f"{split!r} is not one of train, test, all", param_hint="--split")
     pairs = [item.partition("=") for item in env_kwarg or []]
     if any(not sep or not key for key, sep, _ in pairs):
         raise typer.BadParameter("each --env-kwarg is KEY=VALUE", param_hint="--env-kwarg")
-    kwargs = yaml_values({key: value for key, _, value in pairs})
+    kwargs = option_values({key: value for key, _, value in pairs})
     if repos is not None:
         kwargs["repos"] = repos
     try:

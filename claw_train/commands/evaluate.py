@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from claw_train.argv import parse
-from claw_train.config import ConfigError, EvalArgs, resolve
+from claw_train.config import ConfigError, EvalArgs, check_model, resolve
 from claw_train.progress import Progress
 
 EXAMPLES = """\
@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = spec_for(args.run.env)
         args = resolve(args, spec, command="eval")
         check_env_options(spec, args.rollout)
+        check_model(args, hub=True)
         tasks = tasks_for(spec, args.rollout.tasks, args.evaluation.eval_split)
         report = _report(args, spec, tasks, console)
     except ConfigError as err:

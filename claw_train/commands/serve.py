@@ -11,7 +11,7 @@ from pathlib import Path
 
 from claw_train import bind
 from claw_train.argv import parse
-from claw_train.config import ConfigError, ServeArgs, resolve
+from claw_train.config import ConfigError, ServeArgs, check_model, resolve
 from claw_train.named_models import builds_here, first_use_line
 
 HELP = """\
@@ -60,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = spec_for(args.run.env, personal=True)
         args = resolve(args, spec, command="serve")
         check_env_options(spec, args.rollout)
+        check_model(args, hub=True)
     except ConfigError as err:
         print(f"claw-serve: {err}", file=sys.stderr)
         return 2

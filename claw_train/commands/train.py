@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from claw_train.argv import parse
-from claw_train.config import ConfigError, TrainArgs, resolve
+from claw_train.config import ConfigError, TrainArgs, check_model, resolve
 from claw_train.named_models import builds_here, first_use_line
 
 EXAMPLES = """\
@@ -66,11 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_path = None
     try:
         # said before torch is imported (~1 s rather than ~10): a launch that shards the weights, a missing or
-        # malformed --replay-data file, a --ray-address without a cluster
+        # malformed --replay-data file, a --ray-address without a cluster, a hub id that cannot be fetched
         refuse_sharded_weights()
         replay_rows(args.training, spec, args.run.model)
         if process_rank() == 0:
             join_cluster(args.rollout)
+        check_model(args, hub=True)
         from transformers.utils import logging as hf_logging
 
         from claw_train.trainer_options import trainer_extras

@@ -76,8 +76,8 @@ def _last_user(rendered: str) -> str:
 async def check_sessions(run_dir: Path, spec: FamilySpec, *, max_new_tokens: int, seed: int = 0) -> dict[str, Any]:
     """Run the check on ``run_dir``; returns the report (also written to ``RUN_DIR/sessions_check.json``)."""
     from claw_train.checkpoints import last_checkpoint, read_json
-    from claw_train.config import yaml_values
     from claw_train.policy.loader import load_policy, resolve_model
+    from claw_train.yaml_text import option_values
     from judges import PRMJudge, make_backend
 
     options = read_json(run_dir / "run.json") or {}
@@ -95,7 +95,7 @@ async def check_sessions(run_dir: Path, spec: FamilySpec, *, max_new_tokens: int
     if latest is not None:
         versions.append((f"latest ({latest.name})", str(latest)))
     judge_spec = str(options.get("judge") or "rules")
-    judge_options = yaml_values(options.get("judge_options") or {})
+    judge_options = option_values(options.get("judge_options") or {})
     backend = make_backend(judge_spec, **judge_options) if judge_spec != "policy" else None
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=seed)
     rows, examples = [], []

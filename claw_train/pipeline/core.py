@@ -266,7 +266,7 @@ class Pipeline:
         )
 
     def _make_judge(self, policy: GuardedPolicy) -> Judge:
-        from claw_train.config import yaml_values
+        from claw_train.yaml_text import option_values
         from judges import make_judge
 
         return make_judge(
@@ -275,7 +275,7 @@ class Pipeline:
             votes=self.training.votes,
             policy=policy.inner if self.training.judge == "policy" else None,
             hints=MethodSettings(self.training.method).uses_hints,
-            **yaml_values(self.training.judge_options),
+            **option_values(self.training.judge_options),
         )
 
     def _trainer_thread(

@@ -34,6 +34,17 @@ def hub_unreachable(model_id: str, err: BaseException) -> str:
     )
 
 
+def check_cached_offline(model_id: str) -> None:
+    """With the hub off (``HF_HUB_OFFLINE``), a :class:`PolicyError` saying what to do when ``model_id`` is not in the
+    local Hugging Face cache (said before torch is imported; the loader would find the same)."""
+    if os.environ.get("HF_HUB_OFFLINE") not in ("1", "true", "True"):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+        raise PolicyError(hub_unreachable(model_id, LookupError("it is not in the local Hugging Face cache")))
+
+
 ADAPTER_CONFIG = "adapter_config.json"
 
 
