@@ -67,18 +67,22 @@ def test_claw_envs_does_not_import_torch():
     assert out.stdout.strip() == "False", out.stderr
 
 
-@pytest.mark.parametrize("command", ["claw-train", "claw-serve"])
+MISSPELT = "--trainer: unknown option 'learnin_rate'; did you mean learning_rate?"
+
+
 @pytest.mark.parametrize(
-    ("pair", "says"),
+    ("command", "pair", "says"),
     [
-        (["learning_rate", "fast"], "--trainer learning_rate must be a number, not 'fast'"),
-        (["learnin_rate", "1e-5"], "--trainer: unknown option 'learnin_rate'; did you mean learning_rate?"),
-        (["num_train_epochs", "true"], "--trainer num_train_epochs must be a number, not True"),
+        ("claw-train", ["learning_rate", "fast"], "--trainer learning_rate must be a number, not 'fast'"),
+        ("claw-train", ["learnin_rate", "1e-5"], MISSPELT),
+        ("claw-train", ["num_train_epochs", "true"], "--trainer num_train_epochs must be a number, not True"),
+        ("claw-serve", ["learnin_rate", "1e-5"], MISSPELT),
     ],
 )
 def test_a_bad_trainer_option_is_said_before_any_model_loads(command, pair, says, tmp_path):
     """``--trainer KEY VALUE`` goes to TRL's GRPOConfig: a misspelt name or a wrong type stops the command at once
-    (it used to fail once the run had started, with a TypeError from inside the trainer)."""
+    (it used to fail once the run had started, with a TypeError from inside the trainer). Both commands check the
+    pairs with the same function: claw-serve is asked once (each start costs ~10 s of imports for TRL's config)."""
     argv = [str(BIN / command), "--env", "echo" if command == "claw-train" else "conversation", "--trainer", *pair]
     (tmp_path / "not-a-model").mkdir()  # a folder that is there, so loading it is what would fail
     argv += ["--output-dir", str(tmp_path / "run"), "--model", str(tmp_path / "not-a-model")]
