@@ -40,7 +40,7 @@ def test_claw_train_gui_end_to_end_then_claw_eval(tmp_path):
 
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"
-    config.write_text("max_new_tokens: 16\nmax_turns: 2\nreport_to: none\n")  # the env defaults otherwise
+    config.write_text("max_new_tokens: 16\nmax_turns: 2\nsamples_per_step: 4\nreport_to: none\n")  # one group a step
     # tiny acts on no page (its replies parse as no action): the idle stop is off, this test is about the plumbing
     proc = subprocess.run(
         [str(BIN / "claw-train"), "--env", "gui", "--model", "tiny", "--updates", "2", "--output-dir", str(out),
