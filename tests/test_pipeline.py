@@ -84,7 +84,7 @@ def check_logs(out: Path) -> list[dict]:
 def test_conversation_cli_end_to_end(models, tmp_path):
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"
-    config.write_text("max_new_tokens: 16\neval_n: 4\ntrainer:\n  logging_steps: 1\n")
+    config.write_text("max_new_tokens: 16\neval_n: 4\nsamples_per_step: 4\ntrainer:\n  logging_steps: 1\n")
     proc = subprocess.run(
         [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "2",
          "--output-dir", str(out), "--config", str(config), "--eval-every", "2", "--no-display"],
@@ -92,7 +92,7 @@ def test_conversation_cli_end_to_end(models, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "held-out personalization score" in proc.stdout and "update   2" in proc.stdout
-    check_ledger(out, 2)
+    check_ledger(out, 2, samples_per_step=4)
     records = check_logs(out)
     assert {r["version"] for r in records if r["kind"] == "turn"} >= {0}
     assert sorted(p.name for p in (out / "logs").glob("v*.jsonl"))[0] == "v00000.jsonl"
@@ -195,7 +195,7 @@ def test_groups_larger_than_the_in_flight_budget_do_not_stall(models, tmp_path):
 
 def test_resume_after_kill_trains_no_sample_twice(models, tmp_path):
     out = tmp_path / "run"
-    args = [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "4",
+    args = [CLAW_TRAIN, "--env", "conversation", "--model", models("conversation"), "--updates", "8",
             "--output-dir", str(out), "--eval-every", "0", "--checkpoint-every", "1", "--no-display",
             "--config", str(_fast_config(tmp_path))]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -215,12 +215,12 @@ def test_resume_after_kill_trains_no_sample_twice(models, tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     records = ledger.records()
     assert records[killed_at]["kind"] == "resume"
-    check_ledger(out, 4)
+    check_ledger(out, 8, samples_per_step=4)
     all_ids = [s for r in records if r["kind"] == "update" for s in r["samples"]]
     assert len(all_ids) == len(set(all_ids)), "a sample was trained twice"
     for name, text in before.items():  # logs intact: what the first run wrote is still there, unchanged
         assert (out / "logs" / name).read_text().startswith(text)
-    assert json.loads((out / "summary.json").read_text())["updates"] == 4
+    assert json.loads((out / "summary.json").read_text())["updates"] == 8
 
 
 @pytest.mark.parametrize(("sig", "said"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
@@ -243,7 +243,7 @@ def test_ctrl_c_checkpoints_and_exits_cleanly(models, tmp_path, sig, said):
     assert summary["status"] == "interrupted"
     step = summary["updates"]
     assert step >= 1 and (out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").exists()
-    check_ledger(out, step)
+    check_ledger(out, step, samples_per_step=4)
 
 
 class FlakyJudge:
@@ -499,7 +499,7 @@ def test_empty_queue_waits_without_spinning():
 
 def _fast_config(tmp_path: Path) -> Path:
     path = tmp_path / "fast.yaml"
-    path.write_text("max_new_tokens: 16\nreport_to: none\n")
+    path.write_text("max_new_tokens: 16\nsamples_per_step: 4\nreport_to: none\n")  # 4 samples an update: enough
     return path
 
 
