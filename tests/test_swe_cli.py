@@ -89,7 +89,7 @@ def test_claw_train_swe_end_to_end(cli_env, tmp_path):
 
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"
-    config.write_text("max_new_tokens: 16\nmax_turns: 2\nsamples_per_step: 8\nreport_to: none\n")
+    config.write_text("max_new_tokens: 16\nmax_turns: 2\nsamples_per_step: 4\nreport_to: none\n")
     args = [str(BIN / "claw-train"), "--env", "swe", "--model", "tiny", "--updates", "2", "--output-dir", str(out)]
     # tiny runs no command here: the idle stop is off, this test is about the plumbing (the next test: the stop)
     proc = run([*args, "--config", str(config), "--no-display", "--max-idle-episodes", "0"], cli_env, timeout=280)
