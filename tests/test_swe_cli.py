@@ -19,9 +19,10 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def cli_env(tmp_path_factory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("swe-cache")
-    return {**os.environ, "CLAW_SWE_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+def cli_env() -> dict[str, str]:
+    """The commands' environment: the instances' checkouts and venvs from the shared cache (~/.cache/claw/swe, built
+    once under a lock by whichever process needs them first; test_swe_env checks building from scratch)."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = 280) -> subprocess.CompletedProcess:
