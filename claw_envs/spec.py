@@ -99,6 +99,9 @@ class FamilySpec:
     """How ``--model tiny`` starts: trained briefly on the env's ``demonstrations()``, or ``none`` (untrained)."""
     bootstrap_steps: int | None = None
     """Optimizer steps of that bootstrap (None: the tiny model's default, 500); long demonstrations want fewer."""
+    warm_start_steps: int = 0
+    """LoRA steps a named pretrained model (``smollm2``) takes on the env's demonstrations before it acts here (0:
+    none; for a format such a model does not write on its own)."""
     tokenizer_corpus: bool = False
     """Whether the env's demonstrations also feed the tiny tokenizer's corpus (built-in families only)."""
     load_tasks: str | None = None
@@ -127,6 +130,8 @@ class FamilySpec:
                 raise SpecError(f"FamilySpec.{name} must be an import string 'module:attribute', got {value!r}")
         if self.bootstrap_steps is not None and self.bootstrap_steps < 1:
             raise SpecError(f"FamilySpec.bootstrap_steps must be at least 1, got {self.bootstrap_steps}")
+        if self.warm_start_steps < 0:
+            raise SpecError(f"FamilySpec.warm_start_steps must be 0 or more, got {self.warm_start_steps}")
         if self.track == "agent" and self.live is not None:
             raise SpecError("FamilySpec.live is for the personal track (claw-serve sessions)")
 

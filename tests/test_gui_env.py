@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from claw_envs.gui.actions import parse
 from claw_envs.gui.env import GUIEnv
 from claw_envs.gui.tasks import builtin_tasks
 
@@ -143,6 +145,18 @@ def test_the_oracle_script_does_not_skip_a_step_after_a_junk_action(env):
         if done:
             break
     assert actions[0].startswith("click(") and actions[-1] == "DONE" and ns.outcome == 1.0
+
+
+def test_demonstrations_are_the_oracle_on_the_training_tasks_recorded_for_real(env):
+    train = builtin_tasks("train")
+    rows = env.demonstrations(200, seed=0)
+    distinct = {json.dumps(r, sort_keys=True): r for r in rows}
+    assert len(distinct) >= sum(len(t.data["oracle"]) + 1 for t in train)  # every step and DONE (a missed click: again)
+    assert sum(r["completion"] == "DONE" for r in distinct.values()) == len(train)  # each episode ends solved
+    for row in distinct.values():
+        assert parse(row["completion"]).ops  # an action the env reads, slots filled from the screen it was taken on
+        assert "{id:" not in row["completion"] and "{xy:" not in row["completion"]
+        assert row["messages"][1]["content"].startswith("Task: ")
 
 
 def test_the_next_episode_is_clean(env):

@@ -143,6 +143,7 @@ FAMILY_BUDGETS = {
     "swe": ["--max-new-tokens", "24", "--max-turns", "1"],
     "gui": ["--max-new-tokens", "16", "--max-turns", "1"],
 }
+WARM_START = {"swe": 1, "gui": 1}  # the families' warm start, at one step of 4 demonstrations (24 by default)
 
 
 @pytest.mark.slow
@@ -153,19 +154,23 @@ def test_every_family_trains_smollm2_with_lora_and_its_run_folder_evaluates(smol
         pytest.skip("the family's sandbox needs bubblewrap")
     out = tmp_path / "run"
     budget = FAMILY_BUDGETS[family]
+    warm = ["--warm-start", str(WARM_START[family])] if family in WARM_START else []
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # SWE: the instances' checkouts and venvs from the shared cache
     train = subprocess.run(
         [str(BIN / "claw-train"), "--env", family, "--model", "smollm2", "--updates", "2", "--samples-per-step", "2",
          "--group-size", "2", "--eval-every", "0", "--report-to", "none", "--max-idle-episodes", "0", *budget,
-         "--output-dir", str(out), "--no-display"],
+         *warm, "--output-dir", str(out), "--no-display"],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     checkpoint = out / "checkpoints" / "checkpoint-2"
     assert (checkpoint / "adapter_config.json").is_file() and not (checkpoint / "config.json").exists()
+    base = json.loads((checkpoint / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert (f"-warm-{family}-" in base) == (family in WARM_START)  # trained on the warm-started model, where one is
     recorded = json.loads((out / "run.json").read_text())
     assert recorded["model"] == "smollm2" and recorded["lora"] is True  # the small preset, as run.json says
     assert (recorded["lr"], recorded["temperature"], recorded["eval_temperature"]) == (2e-4, 0.6, 0.0)
+    assert recorded["warm_start"] == WARM_START.get(family, 0)
     assert json.loads((out / "summary.json").read_text())["samples_trained"] == 4
     # claw-eval's main in this process (its imports are paid already; the CLI's own process is tested elsewhere)
     claw_eval = ["--env", family, "--model", str(out), "--eval-n", "1", "--rollout-workers", "1", *budget]

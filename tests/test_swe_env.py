@@ -4,6 +4,7 @@ next state or a typed infrastructure failure, with the host and the caches untou
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -195,6 +196,24 @@ def test_the_docker_backend_without_an_engine_is_a_sandbox_failure(cache):
     assert info["status"] == "sandbox_failure" and truncated and reward == 0
     assert "docker" in info["next_state"].text.lower()
     env.close()
+
+
+def test_demonstrations_are_scripted_fixes_recorded_for_real(cache):
+    env = SWEEnv(cache_dir=cache, command_timeout=10.0, test_timeout=60.0)
+    rows = env.demonstrations(48, seed=0)
+    env.close()
+    assert len({json.dumps(r, sort_keys=True) for r in rows}) == 48  # 6 instances x 2 styles x 4 turns, each once
+    turns = [read_turn(r["completion"]) for r in rows]
+    assert sum(t.kind == "submit" for t in turns) == 6 and sum(t.kind == "command" for t in turns) == 42
+    assert sum(r["completion"].startswith("```bash") for r in rows) == 24  # one run each as fenced blocks
+    for row, turn in zip(rows, turns, strict=True):
+        assert row["messages"][1]["content"].startswith("Fix this issue in claw-examples/")
+        assert [t["function"]["name"] for t in row["tools"]] == ["bash", "submit"]
+        if turn.kind == "submit" or SUBMIT_MARKER in turn.command:  # after the real test run, which passes
+            assert re.search(r"\d+ passed", str(row["messages"][-1]["content"]))
+        if turn.command.startswith("git apply"):  # after looking at the code the patch changes, for real
+            context = next(line[1:] for line in turn.command.splitlines()[5:] if line.startswith(" "))
+            assert context.strip() in str(row["messages"][-1]["content"])
 
 
 def test_turn_reading():

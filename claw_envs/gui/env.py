@@ -23,6 +23,7 @@ screenshots before and after (``image_before``, ``image_after``). A page that ha
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from claw_envs.core import (
     UnicodeText,
     step_history,
 )
+from claw_envs.demos import draw, record_episode
 from claw_envs.gui.actions import ActionError, Op, ParsedAction, parse
 from claw_envs.gui.miniwob import PageResult, episode_result, start_episode
 from claw_envs.gui.screen import Screen
@@ -318,6 +320,25 @@ class GUIEnv(ClawEnv):
             return self._oracle_next
         return "DONE"
 
+    def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
+        """The oracle's turns on the built-in training tasks, from real runs on this env's screens (each screen in
+        the history is the one the oracle saw), drawn ``n`` times."""
+        return draw(_oracle_rows(type(self), self.viewport, self.step_timeout), n, seed)
+
     def null_action(self) -> str | None:
         """Say ``DONE`` without doing anything."""
         return "DONE"
+
+
+@functools.cache
+def _oracle_rows(env_class: type[GUIEnv], viewport: tuple[int, int], step_timeout: float) -> tuple[Any, ...]:
+    """Every turn of the oracle on the built-in training tasks, recorded once per process."""
+    train = builtin_tasks("train")
+    env = env_class(train, viewport=viewport, step_timeout=step_timeout)
+    rows = []
+    try:
+        for task in train:
+            rows += record_episode(env, task.id, lambda _k: env.reference_action())
+    finally:
+        env.close()
+    return tuple(rows)

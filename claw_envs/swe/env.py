@@ -374,6 +374,12 @@ class SWEEnv(ClawEnv):
     def _gold_command(self) -> str:
         return f"git apply <<'CLAW_GOLD_PATCH'\n{self.instance['patch']}CLAW_GOLD_PATCH"
 
+    def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
+        """Scripted fixes of the built-in training instances, from real runs (:func:`.demos.demonstrations`)."""
+        from claw_envs.swe.demos import demonstrations
+
+        return demonstrations(self, n, seed)
+
     def null_action(self) -> str | None:
         """Submit at once (the empty patch)."""
         return tool_call_text("submit")

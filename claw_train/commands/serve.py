@@ -101,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         say(first_use_line(args.run.model))
         try:
-            model_path = resolve_model(args.run.model, family=spec.name, progress=True, say=say)
+            model_path = resolve_model(
+                args.run.model, family=spec.name, progress=True, say=say, warm_start=args.run.warm_start
+            )
         except PolicyError as err:
             say(f"cannot build the {args.run.model} model: {err}")
             return 1

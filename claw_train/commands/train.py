@@ -82,7 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from claw_train.policy.loader import resolve_model
 
             console.print(first_use_line(args.run.model), markup=False)
-            model_path = resolve_model(args.run.model, family=spec.name, progress=True, say=console.print)
+            model_path = resolve_model(
+                args.run.model, family=spec.name, progress=True, say=console.print, warm_start=args.run.warm_start
+            )
         pipeline = Pipeline(args, model_path=model_path, on_message=lambda text: console.print(text, markup=False))
         result = asyncio.run(_run(pipeline, console, args.display, args.view))
     except (RunError, ConfigError, PolicyError) as err:

@@ -255,7 +255,8 @@ class Pipeline:
     def _resolve_model(self) -> str:
         from claw_train.policy.loader import resolve_model
 
-        return resolve_model(self.run_cfg.model, family=self.spec.name, progress=False, say=self.say)
+        cfg = self.run_cfg
+        return resolve_model(cfg.model, family=self.spec.name, progress=False, say=self.say, warm_start=cfg.warm_start)
 
     def _load_policy(self) -> Policy:
         from claw_train.policy.loader import load_policy

@@ -24,10 +24,12 @@ def resolve_model(
     family: str | None = None,
     progress: bool = True,
     say: Callable[[str], None] = print,
+    warm_start: int | None = None,
 ) -> str:
     """The path or hub id behind ``model``; ``tiny`` builds (or finds cached) the tiny model for ``family``:
     bootstrapped on its demonstrations, or untrained (with a note) when its spec or its env has none; a named model
-    is fetched and converted on first use."""
+    is fetched and converted on first use, then given ``warm_start`` LoRA steps on ``family``'s demonstrations
+    (None: the family's ``warm_start_steps``; :mod:`claw_train.warm_start`)."""
     if model == "tiny":
         import claw_envs
         from claw_train.tiny import NoDemonstrations, bootstrap, build_tiny
@@ -45,7 +47,16 @@ def resolve_model(
     from claw_train.named_models import fetch_named, is_named
 
     if is_named(model):
-        return str(fetch_named(model, progress=progress, say=say))
+        path = fetch_named(model, progress=progress, say=say)
+        if family is not None and warm_start is None:
+            import claw_envs
+
+            warm_start = claw_envs.family_spec(family).warm_start_steps
+        if family is None or not warm_start:
+            return str(path)
+        from claw_train.warm_start import warm_started
+
+        return str(warm_started(path, family, steps=warm_start, progress=progress, say=say))
     if not model:
         raise PolicyError("model is empty; use 'tiny', 'smollm2', a Hugging Face id (org/name) or a local directory")
     run_dir = Path(model).expanduser()
@@ -69,15 +80,16 @@ def load_policy(
     api_key: str | None = None,
     progress: bool = True,
     retries: int = 3,
+    warm_start: int | None = None,
     **kwargs: Any,
 ) -> Policy:
-    """Build the policy backend ``policy`` serving ``model`` (see the module docstring)."""
+    """Build the policy backend ``policy`` serving ``model`` (see the module docstring; ``warm_start`` as in
+    :func:`resolve_model`)."""
     if policy == "inprocess":
         from claw_train.policy.inprocess import InProcessPolicy
 
-        return InProcessPolicy(
-            resolve_model(model, family=family, progress=progress), device=device, max_batch=max_batch
-        )
+        path = resolve_model(model, family=family, progress=progress, warm_start=warm_start)
+        return InProcessPolicy(path, device=device, max_batch=max_batch)
     if policy.startswith("sglang://"):
         from claw_train.policy.sglang import SGLangPolicy
 

@@ -1,0 +1,64 @@
+"""Demonstrations for the SWE family: a scripted fix of each built-in training instance, run for real.
+
+Each episode looks at the code its gold patch changes (``sed -n`` over the first hunk), applies the patch
+(``git apply`` with a here-document), runs the visible tests and submits — once with tool calls and once with
+fenced bash blocks. Every prefix of an episode, with the real outputs, is a demonstration of its next turn.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from claw_envs.demos import draw, record_episode
+from claw_envs.swe.actions import SUBMIT_MARKER, tool_call_text
+from claw_envs.swe.tasks import builtin_instances
+from claw_envs.terminal.actions import fenced_text
+
+if TYPE_CHECKING:
+    from claw_envs.swe.env import SWEEnv
+
+HUNK = re.compile(r"^--- a/(?P<path>\S+)\n\+\+\+ b/\S+\n@@ -(?P<start>\d+)(?:,(?P<length>\d+))? ", re.MULTILINE)
+STYLES = ("tool", "fenced")
+
+
+def demonstrations(env: SWEEnv, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` demonstrations drawn from the recorded scripted fixes (see the module docstring)."""
+    options = {"repos": env.workspaces.source.spec, "cache_dir": str(env.workspaces.source.root)}
+    rows = _recorded(type(env), env.sandbox_kind, json.dumps(env.sandbox_options, sort_keys=True), json.dumps(options))
+    return draw(rows, n, seed)
+
+
+def script(instance: dict[str, Any], style: str) -> list[str]:
+    """The turns of a scripted fix of ``instance``: look, patch, test, submit, as ``tool`` calls or ``fenced``."""
+    patch = str(instance["patch"])
+    hunk = HUNK.search(patch)
+    if hunk is None:
+        raise ValueError(f"{instance['instance_id']}: the gold patch has no hunk to look at")
+    start, length = int(hunk["start"]), int(hunk["length"] or 1)
+    commands = [
+        f"sed -n '{max(1, start - 2)},{start + length + 1}p' {hunk['path']}",
+        f"git apply <<'EOF'\n{patch}EOF",
+        "python -m pytest -q 2>&1 | tail -n 3",
+    ]
+    if style == "tool":
+        return [tool_call_text("bash", {"command": c}) for c in commands] + [tool_call_text("submit")]
+    return [fenced_text(c) for c in [*commands, f"echo {SUBMIT_MARKER}"]]
+
+
+@functools.cache
+def _recorded(env_class: type[SWEEnv], sandbox: str, sandbox_json: str, options_json: str) -> tuple[Any, ...]:
+    """Every turn of the scripted fixes of the built-in training instances, recorded once per process."""
+    train = builtin_instances("train")
+    env = env_class(train, sandbox=sandbox, sandbox_options=json.loads(sandbox_json), **json.loads(options_json))
+    rows = []
+    try:
+        for task in train:
+            for style in STYLES:
+                turns = script(task.data, style)
+                rows += record_episode(env, task.id, lambda k, turns=turns: turns[k] if k < len(turns) else None)
+    finally:
+        env.close()
+    return tuple(rows)
