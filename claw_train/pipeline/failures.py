@@ -42,7 +42,8 @@ class FailureMonitor:
                 "no_action",
                 f"no action was carried out in any of the first {self.idle_episodes} episodes (no command ran, no "
                 "tool call or answer, no GUI action): the policy does not produce this family's action format, so "
-                "training would learn from noise (--max-idle-episodes 0 goes on anyway)",
+                "training would learn from noise (a named model: more --warm-start steps on the family's "
+                "demonstrations; --max-idle-episodes 0 goes on anyway)",
             )
 
     def env_failed(self, error: str) -> None:
