@@ -5,7 +5,7 @@ build theirs from these, for a policy's warm start."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,17 @@ def record_episode(env: ClawEnv, task_id: str, act: Callable[[int], str | None])
     outcome = info["next_state"].outcome if "next_state" in info else None
     if outcome != 1.0:
         raise RuntimeError(f"the scripted episode on {task_id} did not solve it (outcome {outcome})")
+    return rows
+
+
+def record_until(env: ClawEnv, episodes: Iterable[tuple[str, Callable[[int], str | None]]], n: int) -> list[Row]:
+    """The ``(task_id, act)`` episodes recorded in order (:func:`record_episode`) until there are ``n`` rows or no
+    episode is left: a short warm start does not pay for every episode."""
+    rows: list[Row] = []
+    for task_id, act in episodes:
+        if len(rows) >= n:
+            break
+        rows += record_episode(env, task_id, act)
     return rows
 
 

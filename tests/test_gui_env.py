@@ -148,11 +148,14 @@ def test_the_oracle_script_does_not_skip_a_step_after_a_junk_action(env):
 
 
 def test_demonstrations_are_the_oracle_on_the_training_tasks_recorded_for_real(env):
-    train = builtin_tasks("train")
-    rows = env.demonstrations(200, seed=0)
+    first, second = list(builtin_tasks("train"))[:2]
+    assert len(first.data["oracle"]) + 1 < 10 <= len(first.data["oracle"]) + len(second.data["oracle"]) + 2
+    rows = env.demonstrations(10, seed=0)  # the first two training tasks are played: recording stops there
     distinct = {json.dumps(r, sort_keys=True): r for r in rows}
-    assert len(distinct) >= sum(len(t.data["oracle"]) + 1 for t in train)  # every step and DONE (a missed click: again)
-    assert sum(r["completion"] == "DONE" for r in distinct.values()) == len(train)  # each episode ends solved
+    assert len(distinct) == 10  # every step and DONE once (a click that missed on a busy machine: again)
+    tasks = {r["messages"][1]["content"].split("\n")[0] for r in rows}
+    assert tasks == {f"Task: {t.data['instruction']}" for t in (first, second)}
+    assert any(r["completion"] == "DONE" for r in rows)
     for row in distinct.values():
         assert parse(row["completion"]).ops  # an action the env reads, slots filled from the screen it was taken on
         assert "{id:" not in row["completion"] and "{xy:" not in row["completion"]

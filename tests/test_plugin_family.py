@@ -64,6 +64,7 @@ SPEC = FamilySpec(
     judge=JudgeTemplates(prm=str(Path(__file__).with_name("parity_prm.jinja")), hint="hint_agent"),
     training=TrainingDefaults(max_new_tokens=12, group_size=4),
     bootstrap="{bootstrap}",
+    bootstrap_steps={steps},
     description="even-length replies",
 )
 '''
@@ -91,6 +92,7 @@ def _install(root: Path, suffix: str, *, demos: bool) -> None:
     """A package ``claw_parity<suffix>`` with its judge template and a dist-info naming its spec."""
     module = PLUGIN.replace("{demos}", DEMOS if demos else "").replace("{suffix}", suffix)
     module = module.replace("{bootstrap}", "demonstrations" if demos else "none")
+    module = module.replace("{steps}", "8" if demos else "None")  # a short bootstrap: the plugin's own setting
     (root / f"claw_parity{suffix}.py").write_text(module)
     (root / "parity_prm.jinja").write_text(TEMPLATE)
     info = root / f"claw_parity{suffix}-0.1.dist-info"
@@ -101,6 +103,7 @@ def _install(root: Path, suffix: str, *, demos: bool) -> None:
 
 def _run(argv: list[str], root: Path, timeout: int = 500) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    env["CLAW_TINY_CACHE"] = str(root / "tiny")  # the plugin's bootstrap is looked at below (the base takes 4 s)
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=root)
 
 
@@ -120,6 +123,8 @@ def test_plugin_family_trains_and_evaluates(tmp_path, demos):
     )  # fmt: skip
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     assert ("no demonstrations" in train.stdout) is (not demos)
+    built = [json.loads(p.read_text())["settings"]["steps"] for p in (tmp_path / "tiny").glob("*/bootstrap.json")]
+    assert built == ([8] if demos else [])  # the spec's bootstrap_steps, not the default 500
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "done" and summary["updates"] == 1
     assert json.loads((out / "run.json").read_text())["max_new_tokens"] == 12  # the spec's training default

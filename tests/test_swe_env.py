@@ -13,6 +13,7 @@ import pytest
 
 import claw_envs
 from claw_envs.swe.actions import SUBMIT_MARKER, read_turn, tool_call_text
+from claw_envs.swe.demos import STYLES, script
 from claw_envs.swe.env import SWEEnv
 from claw_envs.swe.repos import FIXED_IDENTITY, RepoSource, dir_name
 from claw_envs.swe.tasks import builtin_instances, load_instances
@@ -200,12 +201,13 @@ def test_the_docker_backend_without_an_engine_is_a_sandbox_failure(cache):
 
 def test_demonstrations_are_scripted_fixes_recorded_for_real(cache):
     env = SWEEnv(cache_dir=cache, command_timeout=10.0, test_timeout=60.0)
-    rows = env.demonstrations(48, seed=0)
+    rows = env.demonstrations(8, seed=0)  # the first instance in both styles: recording stops there
     env.close()
-    assert len({json.dumps(r, sort_keys=True) for r in rows}) == 48  # 6 instances x 2 styles x 4 turns, each once
+    assert len({json.dumps(r, sort_keys=True) for r in rows}) == 8  # 2 styles x 4 turns, each once
     turns = [read_turn(r["completion"]) for r in rows]
-    assert sum(t.kind == "submit" for t in turns) == 6 and sum(t.kind == "command" for t in turns) == 42
-    assert sum(r["completion"].startswith("```bash") for r in rows) == 24  # one run each as fenced blocks
+    assert sum(t.kind == "submit" for t in turns) == 1 and sum(t.kind == "command" for t in turns) == 7
+    assert sum(r["completion"].startswith("```bash") for r in rows) == 4  # one run as fenced blocks
+    assert {r["messages"][1]["content"] for r in rows} == {rows[0]["messages"][1]["content"]}  # one instance
     for row, turn in zip(rows, turns, strict=True):
         assert row["messages"][1]["content"].startswith("Fix this issue in claw-examples/")
         assert [t["function"]["name"] for t in row["tools"]] == ["bash", "submit"]
@@ -214,6 +216,19 @@ def test_demonstrations_are_scripted_fixes_recorded_for_real(cache):
         if turn.command.startswith("git apply"):  # after looking at the code the patch changes, for real
             context = next(line[1:] for line in turn.command.splitlines()[5:] if line.startswith(" "))
             assert context.strip() in str(row["messages"][-1]["content"])
+
+
+def test_every_training_instance_has_a_whole_script_in_both_styles():
+    """What a long warm start records beyond the first instance (the recording itself is tested above): the patch
+    goes through the here-document whole, and the look covers the lines it changes."""
+    for task in builtin_instances("train"):
+        patch = task.data["patch"]
+        assert patch.endswith("\n") and "\nEOF\n" not in patch, task.id  # the here-document ends where it should
+        for style in STYLES:
+            turns = [read_turn(t) for t in script(task.data, style)]
+            assert [t.kind for t in turns] == ["command"] * (3 + (style == "fenced")) + ["submit"] * (style == "tool")
+            assert turns[0].command.startswith("sed -n ") and turns[0].command.split()[-1] in patch
+            assert turns[1].command == f"git apply <<'EOF'\n{patch}EOF"
 
 
 def test_turn_reading():

@@ -234,11 +234,15 @@ class BrowserBackend:
     async def observe(self) -> Screen:
         """Screenshot, tree, URL and title of the page now (an action's navigation has already settled)."""
         page = self._require_page()
-        shot = asyncio.ensure_future(self._deadline(page.screenshot(type="png"), "take a screenshot"))
-        try:
-            data = await self._describe(page)
-        finally:
-            png = await shot  # taken while the tree was read (ids are attributes: nothing visible changes)
+        for _ in range(3):  # a page a script sent away can still be loading when it is first read: read it again
+            shot = asyncio.ensure_future(self._deadline(page.screenshot(type="png"), "take a screenshot"))
+            try:
+                data = await self._describe(page)
+            finally:
+                png = await shot  # taken while the tree was read (ids are attributes: nothing visible changes)
+            if data.get("ready", "complete") == "complete":
+                break
+            await self._settle()
         elements = {
             key: Element(key, str(v[0]), str(v[1]), (float(v[2]), float(v[3]), float(v[4]), float(v[5])))
             for key, v in dict(data["elements"]).items()

@@ -42,7 +42,7 @@ from claw_envs.core import (
     UnicodeText,
     step_history,
 )
-from claw_envs.demos import draw, record_episode
+from claw_envs.demos import draw, record_until
 from claw_envs.gui.actions import ActionError, Op, ParsedAction, parse
 from claw_envs.gui.miniwob import PageResult, episode_result, start_episode
 from claw_envs.gui.screen import Screen
@@ -322,8 +322,9 @@ class GUIEnv(ClawEnv):
 
     def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
         """The oracle's turns on the built-in training tasks, from real runs on this env's screens (each screen in
-        the history is the one the oracle saw), drawn ``n`` times."""
-        return draw(_oracle_rows(type(self), self.viewport, self.step_timeout), n, seed)
+        the history is the one the oracle saw): the tasks are played in order until there are ``n`` turns, and
+        ``n`` are drawn from them."""
+        return draw(_oracle_rows(type(self), self.viewport, self.step_timeout, n), n, seed)
 
     def null_action(self) -> str | None:
         """Say ``DONE`` without doing anything."""
@@ -331,14 +332,11 @@ class GUIEnv(ClawEnv):
 
 
 @functools.cache
-def _oracle_rows(env_class: type[GUIEnv], viewport: tuple[int, int], step_timeout: float) -> tuple[Any, ...]:
-    """Every turn of the oracle on the built-in training tasks, recorded once per process."""
+def _oracle_rows(env_class: type[GUIEnv], viewport: tuple[int, int], step_timeout: float, n: int) -> tuple[Any, ...]:
+    """The oracle's turns on the built-in training tasks, recorded until there are ``n``."""
     train = builtin_tasks("train")
     env = env_class(train, viewport=viewport, step_timeout=step_timeout)
-    rows = []
     try:
-        for task in train:
-            rows += record_episode(env, task.id, lambda _k: env.reference_action())
+        return tuple(record_until(env, ((task.id, lambda _k: env.reference_action()) for task in train), n))
     finally:
         env.close()
-    return tuple(rows)

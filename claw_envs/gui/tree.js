@@ -72,5 +72,5 @@
   };
   walk(document.body, 0);
   const messages = window.claw && window.claw.take ? window.claw.take() : [];
-  return { lines, elements, title: document.title, messages };
+  return { lines, elements, title: document.title, messages, ready: document.readyState };
 }

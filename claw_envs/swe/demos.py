@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from claw_envs.demos import draw, record_episode
+from claw_envs.demos import draw, record_until
 from claw_envs.swe.actions import SUBMIT_MARKER, tool_call_text
 from claw_envs.swe.tasks import builtin_instances
 from claw_envs.terminal.actions import fenced_text
@@ -25,10 +26,11 @@ STYLES = ("tool", "fenced")
 
 
 def demonstrations(env: SWEEnv, n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` demonstrations drawn from the recorded scripted fixes (see the module docstring)."""
+    """``n`` demonstrations drawn from the recorded scripted fixes (see the module docstring): the instances are
+    played in order, each in both styles, until there are ``n`` turns (all of them: 48)."""
     options = {"repos": env.workspaces.source.spec, "cache_dir": str(env.workspaces.source.root)}
-    rows = _recorded(type(env), env.sandbox_kind, json.dumps(env.sandbox_options, sort_keys=True), json.dumps(options))
-    return draw(rows, n, seed)
+    sandbox = json.dumps(env.sandbox_options, sort_keys=True)
+    return draw(_recorded(type(env), env.sandbox_kind, sandbox, json.dumps(options), n), n, seed)
 
 
 def script(instance: dict[str, Any], style: str) -> list[str]:
@@ -49,16 +51,16 @@ def script(instance: dict[str, Any], style: str) -> list[str]:
 
 
 @functools.cache
-def _recorded(env_class: type[SWEEnv], sandbox: str, sandbox_json: str, options_json: str) -> tuple[Any, ...]:
-    """Every turn of the scripted fixes of the built-in training instances, recorded once per process."""
+def _recorded(env_class: type[SWEEnv], sandbox: str, sandbox_json: str, options_json: str, n: int) -> tuple[Any, ...]:
+    """The turns of the scripted fixes of the built-in training instances, recorded until there are ``n``."""
     train = builtin_instances("train")
     env = env_class(train, sandbox=sandbox, sandbox_options=json.loads(sandbox_json), **json.loads(options_json))
-    rows = []
+    episodes = ((task.id, _player(script(task.data, style))) for task in train for style in STYLES)
     try:
-        for task in train:
-            for style in STYLES:
-                turns = script(task.data, style)
-                rows += record_episode(env, task.id, lambda k, turns=turns: turns[k] if k < len(turns) else None)
+        return tuple(record_until(env, episodes, n))
     finally:
         env.close()
-    return tuple(rows)
+
+
+def _player(turns: list[str]) -> Callable[[int], str | None]:
+    return lambda k: turns[k] if k < len(turns) else None
