@@ -25,6 +25,7 @@ demo-real: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tests/prebuild.py
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20
 
 lint: setup
