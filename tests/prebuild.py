@@ -23,7 +23,8 @@ def conversation_bootstrap() -> Path:
     import claw_envs
     from claw_train.tiny import bootstrap
 
-    return bootstrap("conversation", steps=claw_envs.family_spec("conversation").bootstrap_steps)
+    steps = claw_envs.family_spec("conversation").bootstrap_steps
+    return bootstrap("conversation", steps=steps, threads=min(4, os.cpu_count() or 1))  # the machine is ours now
 
 
 def smollm2() -> Path:
