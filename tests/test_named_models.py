@@ -147,7 +147,7 @@ WARM_START = {"swe": 1, "gui": 1}  # the families' warm start, at one step of 4 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("family", list(FAMILY_BUDGETS))
 def test_every_family_trains_smollm2_with_lora_and_its_run_folder_evaluates(smollm2, tmp_path, family):
     if family in ("toolcall", "terminal", "swe") and not HAS_BWRAP:
@@ -160,7 +160,7 @@ def test_every_family_trains_smollm2_with_lora_and_its_run_folder_evaluates(smol
         [str(BIN / "claw-train"), "--env", family, "--model", "smollm2", "--updates", "2", "--samples-per-step", "2",
          "--group-size", "2", "--eval-every", "0", "--report-to", "none", "--max-idle-episodes", "0", *budget,
          *warm, "--output-dir", str(out), "--no-display"],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=540, env=env,
     )  # fmt: skip
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     checkpoint = out / "checkpoints" / "checkpoint-2"
@@ -183,7 +183,7 @@ def test_every_family_trains_smollm2_with_lora_and_its_run_folder_evaluates(smol
         [str(BIN / "claw-train"), "--env", "conversation", "--model", str(out), "--updates", "1",
          "--samples-per-step", "2", "--group-size", "2", "--eval-every", "0", "--report-to", "none", *budget,
          "--output-dir", str(tmp_path / "again"), "--no-display"],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=540, env=env,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert (tmp_path / "again" / "checkpoints" / "checkpoint-1" / "adapter_model.safetensors").is_file()
