@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from claw_envs.gui.actions import parse
+from claw_envs.gui.actions import ActionError, parse
 from claw_envs.gui.env import GUIEnv
 from claw_envs.gui.tasks import builtin_tasks
 
@@ -145,6 +145,30 @@ def test_the_oracle_script_does_not_skip_a_step_after_a_junk_action(env):
         if done:
             break
     assert actions[0].startswith("click(") and actions[-1] == "DONE" and ns.outcome == 1.0
+
+
+def test_the_oracle_moves_on_after_a_click_that_landed_but_overran_its_deadline(env, monkeypatch):
+    """CI, on a loaded machine: Playwright's click on 'Delete Call Bob' landed, then timed out; the oracle retried a
+    button that was gone ("no oracle action at step 2"). A changed screen is the step taking effect."""
+    env.reset(options={"task_id": "todo-rent"})
+    backend, perform = env._backend, env._backend.perform
+    late = []
+
+    async def lands_then_times_out(op, screen):
+        await perform(op, screen)
+        if not late:
+            late.append(op)
+            raise ActionError("click on [x] failed: it did not become visible, enabled and uncovered in time", "x")
+
+    monkeypatch.setattr(backend, "perform", lands_then_times_out)
+    actions = []
+    while True:
+        actions.append(env.reference_action())
+        assert actions[-1] is not None, actions
+        _, ns, _, done = step(env, actions[-1])
+        if done:
+            break
+    assert late and len(actions) == 4 and actions[-1] == "DONE" and ns.outcome == 1.0, (actions, ns)
 
 
 def test_demonstrations_are_the_oracle_on_the_training_tasks_recorded_for_real(env):

@@ -180,7 +180,10 @@ class GUIEnv(ClawEnv):
             tr = await self._carry_out(action, parsed, before)
             scored = tr.next_state.evaluative
             moved = all(op.name in ("mouse_move", "hover", "focus") for op in parsed.ops)
-            if action == self._oracle_next and (scored.score > -1 or (moved and scored.tags == ("no_change",))):
+            changed = self._require_screen().fingerprint != before.fingerprint  # a click past its deadline may land
+            if action == self._oracle_next and (
+                scored.score > -1 or changed or (moved and scored.tags == ("no_change",))
+            ):
                 self._oracle_done += 1  # the oracle's step took effect (a pointer move may show nothing)
             if "miniwob" in self.task.data:
                 result = await episode_result(self._backend)
@@ -307,9 +310,10 @@ class GUIEnv(ClawEnv):
     def reference_action(self) -> str | None:
         """The task's next oracle step, its element slots filled from the current screen, then ``DONE``.
 
-        The script moves on only when its previous step took effect (no error, and the screen changed unless the
-        step only moved the pointer), so other actions in between (a junk step, a human's move) do not make it
-        skip a step, and a click that missed on a busy machine is tried again."""
+        The script moves on only when its previous step took effect (the screen changed, or the step only moved the
+        pointer and raised no error), so other actions in between (a junk step, a human's move) do not make it skip
+        a step, a click that missed on a busy machine is tried again, and one that landed but overran its deadline
+        (an error, yet the screen changed) is not."""
         if self.task is None or self._screen is None:
             return None
         oracle = list(self.task.data.get("oracle") or [])
