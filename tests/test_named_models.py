@@ -17,6 +17,7 @@ import pytest
 from claw_train import named_models
 from claw_train.commands.evaluate import main as evaluate_main
 from claw_train.named_models import MARKER, NAMED, ModelFetchError, fetch_named
+from tests.prebuild import SMOLLM2_TEST_WARM_START
 from tests.test_sandbox import HAS_BWRAP
 
 BIN = Path(sys.executable).parent
@@ -143,7 +144,7 @@ FAMILY_BUDGETS = {
     "swe": ["--max-new-tokens", "24", "--max-turns", "1"],
     "gui": ["--max-new-tokens", "16", "--max-turns", "1"],
 }
-WARM_START = {"swe": 1, "gui": 1}  # the families' warm start, at one step of 4 demonstrations (24 by default)
+WARM_START = SMOLLM2_TEST_WARM_START  # the families' warm start at one step (24 by default), built by tests/prebuild.py
 
 
 @pytest.mark.slow

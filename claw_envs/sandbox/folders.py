@@ -85,9 +85,9 @@ def sweep_orphans(parent: str | None = None) -> list[Path]:
     for entry in os.scandir(parent or tempfile.gettempdir()):
         if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
-        if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
-            continue
-        try:
+        try:  # a folder can vanish between the listing and here: its owner closed it, or another sweep took it
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
             record = Path(entry.path, OWNER).read_text()
         except OSError:
             continue

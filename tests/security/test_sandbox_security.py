@@ -238,7 +238,23 @@ def test_orphaned_folders_are_swept_on_start_and_live_ones_kept(tmp_path):
     finally:
         alive.kill()
         alive.wait()
-    assert sweep_orphans() and not alive_root.exists() and mounts_under(alive_root) == []
+    sweep_orphans()  # ours, or a sandbox another test starts meanwhile: either way the dead owner's folder goes
+    assert not alive_root.exists() and mounts_under(alive_root) == []
+
+
+def test_a_folder_that_vanishes_during_a_sweep_is_skipped(tmp_path, monkeypatch):
+    """Listed, then removed (its owner closed it, or another process swept it) before the sweep looked at it."""
+    from claw_envs.sandbox import folders
+
+    for name in ("claw-sandbox-gone", "claw-sandbox-dead"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / OWNER).write_text(f"{os.getpid()} 1 {os.readlink('/proc/self/ns/pid')}\n")
+    listed = sorted(os.scandir(tmp_path), key=lambda entry: entry.name)
+    shutil.rmtree(tmp_path / "claw-sandbox-gone")
+    scandir = os.scandir
+    monkeypatch.setattr(folders.os, "scandir", lambda path: iter(listed) if path == str(tmp_path) else scandir(path))
+    assert sweep_orphans(str(tmp_path)) == [tmp_path / "claw-sandbox-dead"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_removing_a_folder_never_changes_modes_outside_it(tmp_path):
