@@ -12,6 +12,7 @@ A build that fails is reported and left to the tests that need it, which then fa
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -80,7 +81,7 @@ def main() -> int:
         for job in as_completed(jobs):
             _report(jobs[job], job.result)
     for name, build in AFTER.items():
-        _report(name, lambda build=build: _timed(build))
+        _report(name, functools.partial(_timed, build))
     print(f"prebuild: done in {time.monotonic() - started:.0f} s")
     return 0
 
