@@ -10,8 +10,9 @@ follows hints in its context.
 
 Both are cached under ``~/.cache/claw/tiny/<content hash>`` (``CLAW_TINY_CACHE`` moves the root): the
 hash covers the tokenizer corpus, the model config, the chat template, the demonstration data, the
-training settings and this file's source, so a build is redone exactly when one of them changes. A
-file lock keeps two processes from building the same thing at once.
+training settings and this file's source, so a build is redone exactly when one of them changes. The
+data's digest is remembered by the code that makes it (:mod:`claw_train.digest_memo`): a process that finds the
+model cached does not regenerate its data. A file lock keeps two processes from building the same thing at once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from claw_train.digest_memo import fingerprint, package_files, remembered
 from claw_train.model_cache import cached_build
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -100,12 +102,12 @@ def build_tiny(cache_dir: str | os.PathLike[str] | None = None, *, spec: TinySpe
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = _cache_root(cache_dir)
-    corpus = tokenizer_corpus()
     template = chat_template()
-    key = _digest(
-        {"kind": "base", "spec": asdict(spec), "corpus": _digest(list(corpus)), "template": template, "src": _source()}
+    corpus = remembered(root, _corpus_fingerprint(), lambda: _digest(list(tokenizer_corpus())))
+    key = _digest({"kind": "base", "spec": asdict(spec), "corpus": corpus, "template": template, "src": _source()})
+    return cached_build(
+        root, f"base-{key}", lambda out: _build_base(out, tokenizer_corpus(), template, spec), marker=MARKER
     )
-    return cached_build(root, f"base-{key}", lambda out: _build_base(out, corpus, template, spec), marker=MARKER)
 
 
 def bootstrap(
@@ -133,15 +135,22 @@ def bootstrap(
     base = build_tiny(cache_dir, spec=spec)
     env_id = _resolve_family(family)
     wanted = min(settings.demonstrations, max(1, settings.steps) * settings.batch_size)
-    examples = demonstrations(env_id, wanted, settings.seed)
-    key = _digest(
-        {"kind": "bootstrap", "base": base.name, "env": env_id, "data": _digest(examples), "settings": asdict(settings)}
-    )
+    root = _cache_root(cache_dir)
+    made: list[dict[str, Any]] = []  # generated only when the digest is not remembered or the model is built
+
+    def examples() -> list[dict[str, Any]]:
+        if not made:
+            made.extend(demonstrations(env_id, wanted, settings.seed))
+        return made
+
+    makers = fingerprint(_maker_files(env_id), kind="demonstrations", env=env_id, n=wanted, seed=settings.seed)
+    data = remembered(root, makers, lambda: _digest(examples()))
+    key = _digest({"kind": "bootstrap", "base": base.name, "env": env_id, "data": data, "settings": asdict(settings)})
     name = f"{env_id.split('/')[-1].split('-')[0].lower()}-{key}"
     return cached_build(
-        _cache_root(cache_dir),
+        root,
         name,
-        lambda out: _train(base, out, examples, settings, env_id, progress=progress, threads=threads),
+        lambda out: _train(base, out, examples(), settings, env_id, progress=progress, threads=threads),
         marker=MARKER,
     )
 
@@ -362,6 +371,24 @@ def _source() -> str:
     """The code that decides what a cached model holds (this module and the bootstrap's steps)."""
     here = Path(__file__).parent
     return _digest([(here / name).read_text(encoding="utf-8") for name in ("tiny.py", "tiny_sft.py")])
+
+
+def _maker_files(env_id: str) -> list[Path]:
+    """The files whose change may change ``env_id``'s demonstrations: its package's, claw_envs' and this module."""
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    module = str(entry).partition(":")[0] if isinstance(entry, str) else entry.__module__
+    return [*package_files(module), *package_files("claw_envs"), Path(__file__)]
+
+
+def _corpus_fingerprint() -> str:
+    """What makes the tokenizer corpus: the generated text's module and the corpus families' makers."""
+    import claw_envs
+
+    ids = [s.env_id for s in claw_envs.registry.specs() if s.tokenizer_corpus]
+    files = [Path(__file__).with_name("tiny_text.py"), *(f for env_id in ids for f in _maker_files(env_id))]
+    return fingerprint(files, kind="tokenizer corpus", envs=ids)
 
 
 def _resolve_family(family: str) -> str:
