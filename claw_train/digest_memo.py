@@ -48,10 +48,10 @@ def fingerprint(files: Iterable[Path], **args: Any) -> str:
     return h.hexdigest()[:24]
 
 
-def remembered(root: Path, print_: str, compute: Callable[[], str]) -> str:
-    """The digest remembered under ``root`` for fingerprint ``print_``, else ``compute()``'s, remembered for next
+def remembered(root: Path, key: str, compute: Callable[[], str]) -> str:
+    """The digest remembered under ``root`` for the fingerprint ``key``, else ``compute()``'s, remembered for next
     time (written whole or not at all; an unreadable record is recomputed)."""
-    record = root / MEMO_DIR / f"{print_}.json"
+    record = root / MEMO_DIR / f"{key}.json"
     try:
         return str(json.loads(record.read_text(encoding="utf-8"))["digest"])
     except (OSError, ValueError, KeyError, TypeError):
