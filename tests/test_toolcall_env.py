@@ -21,7 +21,8 @@ def py(code: str) -> str:
 
 @pytest.fixture
 def env():
-    e = ToolCallEnv(split="test", tool_timeout=1.0)
+    # 5 s, not 1: under `make test`'s full load a sandboxed `print(2 + 2)` has taken over a second (CI, 2026-12-06)
+    e = ToolCallEnv(split="test", tool_timeout=5.0)
     yield e
     e.close()
 
@@ -199,7 +200,7 @@ BAD_INPUTS = {
         -1.0,
         "must be string",
     ),
-    "loops_forever": (py("while True:\n    pass"), -1.0, "1-second limit"),
+    "loops_forever": (py("import time\nwhile True:\n    time.sleep(1)"), -1.0, "5-second limit"),
     "prints_megabytes": (py("print('x' * 5_000_000)"), 0.0, "output was too long"),
     "unclosed_tag": ('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}', -1.0, "never closed"),
 }
