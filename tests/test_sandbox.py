@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -412,6 +413,36 @@ def test_commands_that_never_exit_are_killed_at_the_timeout(sb):
         assert res.timed_out and res.returncode == 137, (name, res)
         assert "timed out after 1 s" in res.stderr
         assert_nothing_left(tok)
+
+
+def test_a_command_killed_at_its_timeout_runs_nothing_after_its_first_child_dies(monkeypatch):
+    """``sleep 5; echo x > f`` killed at its deadline once wrote f under CI load: the cgroup's processes were killed
+    one at a time, and with host pids wrapped a child can come before its parent, whose shell then ran on. Every
+    process is now stopped before any is killed; here the cgroup lists children first, as after a wrap."""
+    signals: list[tuple[int, int]] = []
+    real_kill, real_killpg = os.kill, os.killpg
+
+    def kill(pid: int, signum: int) -> None:
+        signals.append((pid, signum))
+        real_kill(pid, signum)
+
+    def killpg(pgid: int, signum: int) -> None:
+        signals.append((-pgid, signum))
+        real_killpg(pgid, signum)
+
+    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setattr(os, "killpg", killpg)
+    with LocalSandbox() as box:
+        if box._cgroups_usable:
+            pids = local_module.RunCgroup.pids
+            monkeypatch.setattr(local_module.RunCgroup, "pids", lambda self: sorted(pids(self), reverse=True))
+        res = box.run("for i in $(seq 20); do (sleep 5; echo $i >> after.txt) & done; wait", timeout=1)
+        assert res.timed_out
+        first_kill = next(i for i, (_pid, signum) in enumerate(signals) if signum == signal.SIGKILL)
+        stopped = {pid for pid, signum in signals[:first_kill] if signum == signal.SIGSTOP}
+        assert len(stopped) >= 40, signals[: first_kill + 1]  # the shell, its 20 subshells and their sleeps
+        time.sleep(0.5)
+        assert not (box._root / "workspace" / "after.txt").exists()
 
 
 @needs_bwrap

@@ -217,6 +217,15 @@ class RunCgroup:
                             kills += int(value)
         return kills
 
+    def stop_all(self) -> None:
+        """SIGSTOP every process in the cgroup, those that a stopping one started included."""
+        stopped: set[int] = set()
+        while pids := [pid for pid in self.pids() if pid not in stopped]:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped.update(pids)
+
     def kill_all(self, wait: float = 2.0) -> None:
         """SIGKILL every process in the cgroup until it is empty (or ``wait`` seconds passed)."""
         deadline = time.monotonic() + wait

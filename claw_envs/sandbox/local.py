@@ -69,6 +69,7 @@ from claw_envs.sandbox.process import (
     launcher,
     memory_file,
     shell_argv,
+    signal_marked,
 )
 
 Running = tuple[subprocess.Popen, str, RunCgroup | None]  # a started command: process, run id, cgroup
@@ -433,9 +434,14 @@ class LocalSandbox(Sandbox):
     # -- collecting output and cleaning up ---------------------------------------------------
 
     def _kill_tree(self, proc: subprocess.Popen, run_id: str, cgroup: RunCgroup | None) -> None:
-        """SIGKILL the command's process group, its cgroup, and anything carrying its marker: without bwrap a
-        daemon that left the group; with it, a child that bwrap, if killed while starting up, may not yet have tied
-        to its own death (once, under CI load, a command killed at its deadline still wrote its file)."""
+        """Stop every process of the command (SIGSTOP), then SIGKILL its process group, its cgroup, and anything
+        carrying its marker: without bwrap a daemon that left the group; with it, a child that bwrap, if killed
+        while starting up, may not yet have tied to its own death. Stopped first because the cgroup and the marker
+        are killed one process at a time and host pids wrap: a child killed before its parent let the parent run
+        its next command (``sleep 5; echo 35.49 > total.txt`` killed at its deadline wrote the file under CI load)."""
+        if cgroup is not None:
+            cgroup.stop_all()
+        signal_marked(run_id, signal.SIGSTOP)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         if cgroup is not None:

@@ -121,23 +121,28 @@ def _write_some(stream: object, pending: memoryview | None) -> memoryview | None
     return pending[written:]
 
 
+def signal_marked(run_id: str, signum: int) -> bool:
+    """Send ``signum`` to every process whose environment carries this run's marker; whether there was one."""
+    needle = f"{RUN_MARKER}={run_id}".encode()
+    found = False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\0"):
+                    continue
+            os.kill(int(entry.name), signum)
+            found = True
+        except OSError:
+            continue
+    return found
+
+
 def kill_marked(run_id: str) -> None:
     """SIGKILL every process whose environment carries this run's marker (daemons that left the group)."""
-    needle = f"{RUN_MARKER}={run_id}".encode()
     for _ in range(3):
-        found = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                    if needle not in fh.read().split(b"\0"):
-                        continue
-                os.kill(int(entry.name), signal.SIGKILL)
-                found = True
-            except OSError:
-                continue
-        if not found:
+        if not signal_marked(run_id, signal.SIGKILL):
             return
 
 
