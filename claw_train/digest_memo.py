@@ -39,6 +39,16 @@ def package_files(module: str) -> list[Path]:
     return [Path(spec.origin)] if spec.origin else []
 
 
+def demonstration_makers(env_id: str) -> list[Path]:
+    """The files whose change may change ``env_id``'s demonstrations: the package of its entry point (a
+    ``"module:Class"`` string, or the class or function itself) and claw_envs'."""
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    module = str(entry).partition(":")[0] if isinstance(entry, str) else entry.__module__
+    return [*package_files(module), *package_files("claw_envs")]
+
+
 def fingerprint(files: Iterable[Path], **args: Any) -> str:
     """A digest of ``files`` (names and bytes), ``args`` and the Python version."""
     h = hashlib.sha256(json.dumps({"args": args, "python": sys.version_info[:2]}, sort_keys=True, default=str).encode())

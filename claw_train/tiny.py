@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from claw_train.digest_memo import fingerprint, package_files, remembered
+from claw_train.digest_memo import demonstration_makers, fingerprint, remembered
 from claw_train.model_cache import cached_build
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -374,12 +374,9 @@ def _source() -> str:
 
 
 def _maker_files(env_id: str) -> list[Path]:
-    """The files whose change may change ``env_id``'s demonstrations: its package's, claw_envs' and this module."""
-    import gymnasium as gym
-
-    entry = gym.spec(env_id).entry_point
-    module = str(entry).partition(":")[0] if isinstance(entry, str) else entry.__module__
-    return [*package_files(module), *package_files("claw_envs"), Path(__file__)]
+    """The files whose change may change ``env_id``'s demonstrations as this module uses them, this module's own
+    included."""
+    return [*demonstration_makers(env_id), Path(__file__)]
 
 
 def _corpus_fingerprint() -> str:

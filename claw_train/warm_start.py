@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from claw_train.digest_memo import demonstration_makers
 from claw_train.model_cache import cached_build
 from claw_train.named_models import cache_root
 
@@ -155,17 +156,7 @@ def _digest(obj: Any) -> str:
 
 
 def _source(env_id: str) -> str:
-    """The code that makes the demonstrations and trains on them: this module, the SFT steps, the env's module and
-    its family's ``demos`` module when there is one."""
-    import importlib.util
-
-    import gymnasium as gym
-
-    entry = gym.spec(env_id).entry_point
-    module = str(entry).partition(":")[0] if isinstance(entry, str) else type(entry).__module__
-    files = [Path(__file__), Path(__file__).with_name("tiny_sft.py")]
-    origin = importlib.util.find_spec(module)
-    if origin is not None and origin.origin:
-        env_file = Path(origin.origin)
-        files += [env_file, env_file.with_name("demos.py"), Path(importlib.util.find_spec("claw_envs.demos").origin)]
-    return _digest([f.read_text(encoding="utf-8") for f in files if f.is_file()])
+    """The code that makes the demonstrations and trains on them: the env's package, claw_envs, this module and the
+    SFT steps (their bytes, not their paths: a clone in another folder finds the same cache)."""
+    files = {*demonstration_makers(env_id), Path(__file__), Path(__file__).with_name("tiny_sft.py")}
+    return _digest(sorted(hashlib.sha256(f.read_bytes()).hexdigest() for f in files))

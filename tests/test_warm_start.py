@@ -5,7 +5,9 @@ The warm start of the real model itself runs in tests/test_named_models.py (SWE 
 from __future__ import annotations
 
 import json
+import sys
 
+import gymnasium as gym
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from claw_train import tiny
 from claw_train.config import ConfigError, EvalArgs, TrainArgs, build
 from claw_train.policy.hf import load_causal_lm
 from claw_train.tiny_sft import sft_loss
-from claw_train.warm_start import MARKER, _batch_backward, warm_started
+from claw_train.warm_start import MARKER, _batch_backward, _source, warm_started
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +66,24 @@ def test_warm_start_defaults_to_the_familys_steps_for_named_models_only():
     assert build(TrainArgs, command="train", env="swe", model="smollm2", warm_start=3).run.warm_start == 3
     with pytest.raises(ConfigError, match="--warm-start must be >= 0"):
         build(TrainArgs, command="train", env="swe", model="smollm2", warm_start=-1)
+
+
+def test_the_warm_start_cache_follows_the_package_of_an_env_registered_as_a_class(tmp_path, monkeypatch):
+    package = tmp_path / "warm_plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from claw_envs.echo.env import EchoEnv\n\n\nclass PluginEcho(EchoEnv):\n    pass\n"
+    )
+    (package / "phrases.py").write_text("GREETING = 'hello'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from warm_plugin import PluginEcho
+
+    gym.register("claw-test/WarmPlugin-v0", entry_point=PluginEcho)  # the class itself, not "module:Class"
+    try:
+        first = _source("claw-test/WarmPlugin-v0")
+        assert _source("claw-test/WarmPlugin-v0") == first
+        (package / "phrases.py").write_text("GREETING = 'hi there'\n")  # what makes its demonstrations changed
+        assert _source("claw-test/WarmPlugin-v0") != first
+    finally:
+        del gym.registry["claw-test/WarmPlugin-v0"]
+        sys.modules.pop("warm_plugin", None)
