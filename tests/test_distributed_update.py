@@ -146,6 +146,11 @@ def test_ranks_leave_the_group_at_exit_so_gloo_cannot_abort_them():
             )
             for rank in range(2)
         ]
-        for rank, proc in enumerate(procs):
-            output, _ = proc.communicate(timeout=60)
-            assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}: {output[-3000:]}"
+        try:
+            for rank, proc in enumerate(procs):
+                output, _ = proc.communicate(timeout=60)
+                assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}: {output[-3000:]}"
+        finally:  # a rank that hangs or outlives a failed one is not left running
+            for proc in procs:
+                proc.kill()
+                proc.wait()
