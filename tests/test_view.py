@@ -24,6 +24,8 @@ import pytest
 pytest.importorskip("trl")
 sync_api = pytest.importorskip("playwright.sync_api")
 
+from loopback_names import ANSWERED, rebound_name, status_without_host  # noqa: E402
+
 from claw_envs.gui.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 from claw_train.config import TrainArgs, build  # noqa: E402
 from claw_train.logs import Ledger, read_logs  # noqa: E402
@@ -255,8 +257,35 @@ def test_the_api_says_what_is_wrong_with_a_request(finished, viewer):
             response = client.get(query)
             assert response.status_code == 400 and message in response.json()["error"], (query, response.text)
         assert client.get("/api/turns?task=no-such-task").json()["last_row"] == 0
-        refused = client.get("/api/runs", headers={"Host": "attacker.example"})  # DNS rebinding
-        assert refused.status_code == 403 and "loopback names only" in refused.json()["error"]
+
+
+def test_a_keyless_viewer_answers_this_machine_by_name_only(viewer):
+    """DNS rebinding: a page on a domain whose DNS answers 127.0.0.1 reaches the port with its own name in ``Host``.
+    Without a key only a loopback literal is answered (no lookup of any name), and an ``Origin``, if sent, must be
+    a loopback page on this very port; ``/healthz`` stays open; a preflight gets no CORS grant."""
+    port = int(viewer.rstrip("/").rsplit(":", 1)[1])
+    with rebound_name() as rebound, httpx.Client(base_url=viewer, timeout=10) as client:
+        for host in (f"[::1]:{port}", f"localhost.:{port}", f"LOCALHOST:{port}", "localhost", f"run.localhost:{port}"):
+            assert client.get("/api/runs", headers={"Host": host}).status_code == 200, host
+        refused = ("127.1", f"127.1:{port}", "0.0.0.0", f"0.0.0.0:{port}", f"[::ffff:127.0.0.1]:{port}", "")
+        for host in (*refused, rebound.name, f"{rebound.name}:{port}", f"{rebound.name.upper()}.", "evil.example"):
+            for path in ("/", "/api/runs", "/api/turn?run=0&n=0", "/static/view.js"):
+                response = client.get(path, headers={"Host": host})
+                assert response.status_code == 403, (host, path, response.text[:200])
+                assert ANSWERED in response.json()["error"] and "\n" not in response.text, response.text
+        assert status_without_host(port, "/api/runs") == 403
+        assert client.get("/healthz", headers={"Host": rebound.name}).status_code == 200  # open, as ever
+        assert not rebound.lookups, rebound.lookups  # the server never asked a resolver
+        assert client.get("/api/runs", headers={"Origin": f"http://localhost:{port}"}).status_code == 200
+        assert client.get("/api/runs", headers={"Origin": f"https://[::1]:{port}"}).status_code == 200
+        for origin in ("null", "http://evil.example", f"http://127.0.0.1:{port + 1}", f"http://{rebound.name}:{port}"):
+            response = client.get("/api/runs", headers={"Origin": origin})
+            assert response.status_code == 403 and "Origin" in response.json()["error"], (origin, response.text)
+        for origin in ("http://evil.example", f"http://localhost:{port}"):
+            asked = {"Origin": origin, "Access-Control-Request-Method": "GET"}
+            preflight = client.options("/api/runs", headers=asked)
+            assert preflight.status_code in (403, 405), preflight
+            assert not [h for h in preflight.headers if h.lower().startswith("access-control-")], preflight.headers
 
 
 def test_a_torn_log_and_a_run_from_another_machine_still_show(finished, tmp_path, page):

@@ -17,8 +17,10 @@ held-out score, judge and masking rates, loss and the trainer's figures per upda
 turn with its prompt, votes, hint and decision (search and filter), each trained sample's tokens coloured by the
 credit its method gave, and a before/after check. It only reads the folders (no lock, no write).
 
-Security: it listens on 127.0.0.1 by default and answers only requests naming a loopback host. Any other --host
-needs an API key (CLAW_API_KEY=secret, or --api-key); then open the page once as http://HOST:PORT/?key=<key>.
+Security: it listens on 127.0.0.1 by default and, without a key, answers only requests whose Host is
+localhost, *.localhost, 127.x.x.x or [::1] (never looking a name up) and whose Origin, if sent, is such a host on
+its own port, so no web page elsewhere can read the runs. Any other --host needs an API key (CLAW_API_KEY=secret,
+or --api-key); then open the page once as http://HOST:PORT/?key=<key>.
 
 examples:
   claw-view runs/demo-20261201-101500

@@ -3,18 +3,23 @@ listening socket and the bind rules (:mod:`~claw_train.serve.server` runs them w
 
 Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events streamed token by token), ``GET /v1/models``,
 ``GET /healthz``, ``GET /metrics``; ``GET /openapi.json`` describes them. Errors are OpenAI-style
-``{"error": {...}}`` JSON: 400 for bad input, 401 without the API key, 413 for a body over ``--max-body-bytes``,
-429 when a new session finds ``--max-sessions`` sessions all mid-request, 503 when the policy fails or does not
-answer within ``--request-timeout`` seconds, or while the server is shutting down. Every response carries
-``X-Policy-Version`` (also in ``system_fingerprint`` as ``claw-v<N>``) and ``X-Session-Id``; a request naming
-another model is answered by this one with an ``X-Claw-Warning`` header, and a trained turn that does not sample at
-the request's ``temperature``/``top_p`` says so in an ``X-Claw-Sampling`` header.
+``{"error": {...}}`` JSON: 400 for bad input, 401 without the API key, 403 for a request from elsewhere to a keyless
+server, 413 for a body over ``--max-body-bytes``, 415 for a body not declared ``application/json``, 429 when a new
+session finds ``--max-sessions`` sessions all mid-request, 503 when the policy fails or does not answer within
+``--request-timeout`` seconds, or while the server is shutting down. Every response carries ``X-Policy-Version``
+(also in ``system_fingerprint`` as ``claw-v<N>``) and ``X-Session-Id``; a request naming another model is answered
+by this one with an ``X-Claw-Warning`` header, and a trained turn that does not sample at the request's
+``temperature``/``top_p`` says so in an ``X-Claw-Sampling`` header.
 
 Security: with an API key (``--api-key`` or ``$CLAW_API_KEY``) every route but ``/healthz`` needs
 ``Authorization: Bearer <key>`` (compared in constant time); without one the server only listens on a loopback
-address (:func:`check_bind`). A body is refused from its ``Content-Length``, or as soon as the bytes read pass the
-limit, before the rest is read; parsing, templates and tokenising run in worker threads, so ``/healthz`` answers
-at once whatever the requests are doing.
+address (:func:`check_bind`) and every route but ``/healthz`` answers only a ``Host`` that names this machine
+literally, and an ``Origin``, if any, of this machine on this port (:func:`claw_train.bind.stranger`; no DNS): a web
+page elsewhere can neither read it through DNS rebinding nor post to it. Either way a POST body must be declared
+``application/json`` (else 415, before it is read), so a cross-site form or ``text/plain`` request, which a browser
+sends without a CORS preflight, is never served; no route grants CORS. A body is refused from its
+``Content-Length``, or as soon as the bytes read pass the limit, before the rest is read; parsing, templates and
+tokenising run in worker threads, so ``/healthz`` answers at once whatever the requests are doing.
 """
 
 from __future__ import annotations
@@ -78,7 +83,9 @@ _ERRORS = {
     for code, text in (
         (400, "Malformed request (OpenAI error shape)"),
         (401, "Missing or wrong API key"),
+        (403, "Without an API key: a Host or Origin that is not this machine's"),
         (413, "Request body over --max-body-bytes"),
+        (415, "A request body not declared as application/json"),
         (429, "A new session while --max-sessions sessions are all mid-request"),
         (503, "The policy failed or timed out, or the server is stopping"),
     )
@@ -112,7 +119,10 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
         return JSONResponse(body, status_code=500)
 
     def authorize(request: Request) -> None:
+        """The API key when there is one; without one, a request from this machine (:func:`bind.stranger`)."""
         if not secret:
+            if (why := bind.stranger(request.scope)) is not None:
+                raise ApiError(403, f"claw-serve: {why}", code="not_loopback")
             return
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), secret):
@@ -156,6 +166,7 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
     )
     async def chat_completions(request: Request) -> Any:
         authorize(request)
+        _require_json(request)
         raw = await read_body(request)
         req = await asyncio.to_thread(parse_request, raw)
         turn_type = (request.headers.get("x-turn-type") or "main").strip().lower()
@@ -179,7 +190,7 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
         headers["X-Policy-Version"] = str(completion.policy_version)
         return JSONResponse(body, headers=headers)
 
-    @app.get("/v1/models", responses={401: _ERRORS[401]})
+    @app.get("/v1/models", responses={401: _ERRORS[401], 403: _ERRORS[403]})
     async def models(request: Request) -> dict[str, Any]:
         authorize(request)
         return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "claw"}]}
@@ -190,7 +201,7 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
         body = {"status": "ok" if up else "stopping", "version": sessions.serving.version, "training": sessions.train}
         return JSONResponse(body, status_code=200 if up else 503)
 
-    @app.get("/metrics", responses={401: _ERRORS[401]})
+    @app.get("/metrics", responses={401: _ERRORS[401], 403: _ERRORS[403]})
     async def metrics(request: Request) -> JSONResponse:
         authorize(request)
         return JSONResponse(json.loads(json.dumps(sessions.metrics(), default=str)))
@@ -220,6 +231,16 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
         return JSONResponse(schema())
 
     return app
+
+
+def _require_json(request: Request) -> None:
+    """Refuse (415) a body not declared ``application/json`` (any parameters): a browser sends a cross-site
+    ``text/plain`` or form POST without asking the server first, a JSON one never."""
+    given = request.headers.get("content-type", "")
+    if given.partition(";")[0].strip().lower() != "application/json":
+        raise ApiError(
+            415, f"Content-Type must be application/json, not {given[:100]!r}", code="unsupported_media_type"
+        )
 
 
 def _too_big(limit: int, *, close: bool) -> ApiError:

@@ -8,14 +8,14 @@ found reading it), ``/api/curves``, ``/api/turns`` (a filtered page of the turn 
 ``/healthz``. A bad query parameter is a 400 with a one-line message, never a 500.
 
 Access: with an API key every route but ``/healthz`` needs it — ``Authorization: Bearer <key>``, or ``?key=<key>``
-once, which sets a cookie for the page's own requests. Without a key (loopback only, see :mod:`claw_train.bind`) a
-request must name a loopback host in its ``Host`` header, so a web page elsewhere cannot reach the runs through DNS
+once, which sets a cookie for the page's own requests. Without a key (loopback only) every route but ``/healthz``
+answers only a ``Host`` that names this machine literally, and an ``Origin``, if any, of this machine on this port
+(:func:`claw_train.bind.stranger`; no DNS), else a 403: a web page elsewhere cannot read the runs through DNS
 rebinding.
 """
 
 from __future__ import annotations
 
-import functools
 import hmac
 import re
 from collections.abc import Sequence
@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from claw_train.bind import is_loopback
+from claw_train.bind import stranger
 from claw_train.view.detail import improvement, turn_detail
 from claw_train.view.runs import RunIndex
 from claw_train.view.table import TurnFilter
@@ -52,9 +52,8 @@ def create_app(runs: Sequence[RunIndex], *, key: str = "") -> FastAPI:
         if request.url.path == "/healthz":
             return await call_next(request)
         if not secret:
-            host = _host_name(request.headers.get("host", ""))
-            if not _loopback_name(host):
-                return JSONResponse({"error": f"claw-view answers loopback names only, not {host!r}"}, 403)
+            if (why := stranger(request.scope)) is not None:
+                return JSONResponse({"error": f"claw-view: {why}"}, 403)
             return await call_next(request)
         given = request.query_params.get("key")
         if given is not None and hmac.compare_digest(given.encode(), secret):
@@ -153,18 +152,6 @@ def _number(text: str, name: str, *, low: int, high: int | None = None) -> int:
             f"{name} must be {low} to {high}, got {value}" if high is not None else f"{name} must be at least {low}"
         )
     return value
-
-
-def _host_name(header: str) -> str:
-    """The host of a ``Host`` header (``[::1]:8000`` -> ``::1``, ``localhost:8000`` -> ``localhost``)."""
-    if header.startswith("["):
-        return header[1:].split("]", 1)[0]
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
-
-
-@functools.lru_cache(maxsize=64)
-def _loopback_name(host: str) -> bool:
-    return bool(host) and is_loopback(host)
 
 
 def _runs(text: str, count: int) -> list[int]:

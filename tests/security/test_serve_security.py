@@ -5,6 +5,11 @@ server on 127.0.0.1 in front of the tiny model, with the real ``openai`` client 
   served, logged, judged or trained — while the right key serves and trains; the key never reaches run.json.
 * **Bind**: a non-loopback ``--host`` without a key is refused (exit 2, before a model is loaded); with
   ``CLAW_API_KEY`` it serves, to key holders only.
+* **Keyless, this machine only**: without a key only a ``Host`` that is a loopback literal is answered — a name
+  whose DNS answers 127.0.0.1 (DNS rebinding), ``0.0.0.0``, ``127.1`` are 403s, and no name is looked up — and an
+  ``Origin`` must be a loopback page on the server's port; ``/healthz`` stays open.
+* **JSON only**: a POST not declared ``application/json`` (``text/plain``, a form, none) is a 415, key or not, served
+  and trained on never; no route grants CORS.
 * **Body**: a 50 MB body is refused with 413 in well under a second, by its Content-Length or (chunked) as soon as
   the bytes read pass the limit, while ``/healthz`` keeps answering at once.
 * **Malformed input**: deep nesting, lone surrogates, NaN, tiny ``top_p``/``temperature``, huge seeds, string
@@ -38,6 +43,7 @@ pytest.importorskip("trl")
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
+from loopback_names import ANSWERED, rebound_name, status_without_host  # noqa: E402
 from test_serve import Server, converse, free_port, launch_cli, wait_for  # noqa: E402
 
 from claw_train.bind import is_loopback  # noqa: E402
@@ -162,6 +168,109 @@ def test_a_non_loopback_bind_needs_a_key(model_path, tmp_path):
             proc.kill()
     assert proc.returncode == 0, rest
     assert KEY not in started + rest and KEY not in (tmp_path / "open" / "run.json").read_text()
+
+
+# -- keyless: this machine's own clients only -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keyless(model_path, tmp_path_factory):
+    """A server without an API key (so on loopback), training from its sessions."""
+    srv = make_server(model_path, tmp_path_factory.mktemp("keyless") / "run", api_key="", samples_per_step=2)
+    assert srv.key is None
+    yield srv
+    srv.stop()
+
+
+def post_as(srv: Server, content_type: str | None, body: bytes, **headers: str) -> httpx.Response:
+    """POST ``body`` to the chat route declared as ``content_type`` (None: no Content-Type header at all)."""
+    sent = {"Authorization": f"Bearer {srv.key}"} if srv.key else {}
+    sent |= {"Content-Type": content_type} if content_type is not None else {}
+    r = httpx.post(f"{srv.url}/chat/completions", content=body, headers=sent | headers, timeout=60)
+    assert r.request.headers.get("content-type") == content_type
+    return r
+
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+def test_a_keyless_server_answers_this_machine_by_name_only(keyless):
+    """DNS rebinding: a page on a domain whose DNS answers 127.0.0.1 (here an /etc/hosts entry) reaches the port with
+    its own name in ``Host``. Keyless, only a loopback literal is answered and no name is ever looked up; ``/healthz``
+    stays open."""
+    port = keyless.port
+    with rebound_name() as rebound:
+        for host in (f"[::1]:{port}", f"localhost.:{port}", f"LOCALHOST:{port}", "localhost", f"127.0.0.1:{port}"):
+            assert httpx.get(f"{keyless.root}/v1/models", headers={"Host": host}).status_code == 200, host
+            assert keyless.post(CHAT, headers={"Host": host}).status_code == 200, host
+        refused = ("127.1", f"127.1:{port}", "0.0.0.0", f"0.0.0.0:{port}", f"[::ffff:127.0.0.1]:{port}", "")
+        for host in (*refused, rebound.name, f"{rebound.name}:{port}", f"{rebound.name.upper()}.", "evil.example"):
+            for path in ("/v1/models", "/metrics", "/openapi.json"):
+                error = openai_error(httpx.get(keyless.root + path, headers={"Host": host}), 403)
+                assert ANSWERED in error["message"] and error["code"] == "not_loopback", (host, error)
+            r = keyless.post(CHAT | {"user": "rebound"}, headers={"Host": host})
+            assert openai_error(r, 403)["code"] == "not_loopback"
+        client = openai.OpenAI(base_url=keyless.url, api_key="x", max_retries=0, default_headers={"Host": rebound.name})
+        with pytest.raises(openai.PermissionDeniedError):  # the real client, as a rebinding page would drive it
+            client.chat.completions.create(model="tiny", messages=CHAT["messages"], user="rebound")
+        assert status_without_host(port, "/v1/models") == 403
+        assert httpx.get(f"{keyless.root}/healthz", headers={"Host": rebound.name}).json()["status"] == "ok"
+        assert not rebound.lookups, rebound.lookups  # the server never asked a resolver
+    assert "rebound" not in {r.get("group") for r in keyless.logs()}
+
+
+def test_a_keyless_server_answers_pages_of_this_machine_on_its_port_only(keyless, server):
+    """A browser names the page behind a request in ``Origin``: keyless, only a loopback page on this very port is
+    answered (another local port is another program); with a key the key decides."""
+    port = keyless.port
+    for origin in (f"http://localhost:{port}", f"http://127.0.0.1:{port}", f"https://[::1]:{port}"):
+        assert httpx.get(f"{keyless.root}/v1/models", headers={"Origin": origin}).status_code == 200, origin
+    assert keyless.post(CHAT, headers={"Origin": f"http://localhost:{port}"}).status_code == 200
+    for origin in ("null", "http://evil.example", f"http://127.0.0.1:{port + 1}", "http://localhost", "file://"):
+        error = openai_error(httpx.get(f"{keyless.root}/v1/models", headers={"Origin": origin}), 403)
+        assert "Origin" in error["message"] and ANSWERED in error["message"], error
+        assert openai_error(keyless.post(CHAT, headers={"Origin": origin}), 403)["code"] == "not_loopback"
+    assert server.post(CHAT, headers={"Origin": "http://evil.example", "Host": "far.example"}).status_code == 200
+
+
+def test_a_post_is_json_or_a_415_neither_served_nor_trained(keyless, server):
+    """A cross-site ``text/plain`` (or form) POST needs no CORS preflight, so a web page could send a JSON body under
+    it: it is a 415 before the body is read, keyless or not — nothing served, no session, no turn."""
+    session = f"cross-site-{uuid.uuid4().hex[:6]}"
+    body = json.dumps(CHAT | {"user": session}).encode()
+    for srv in (keyless, server):
+        before = srv.metrics()
+        for kind in (
+            "text/plain",
+            "text/plain;charset=UTF-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonp",
+            "",
+            None,
+        ):
+            error = openai_error(post_as(srv, kind, body, Origin=f"http://localhost:{srv.port}"), 415)
+            assert error["code"] == "unsupported_media_type" and "application/json" in error["message"], error
+        after = srv.metrics()
+        assert after["counts"].get("requests", 0) == before["counts"].get("requests", 0)
+        assert after["sessions"] == before["sessions"]
+        assert session not in {r.get("group") for r in srv.logs()}
+        for kind in ("application/json; charset=utf-8", "Application/JSON", "application/json;charset=UTF-8"):
+            assert post_as(srv, kind, json.dumps(CHAT).encode()).status_code == 200, kind
+        assert srv.metrics()["counts"]["requests"] == after["counts"].get("requests", 0) + 3
+
+
+def test_no_route_grants_cors(keyless, server):
+    """A preflight (OPTIONS with ``Origin`` and ``Access-Control-Request-Method``) is never granted: no
+    ``Access-Control-Allow-*`` header, from a foreign page or a local one, keyless or not."""
+    for srv in (keyless, server):
+        for origin in ("http://evil.example", f"http://localhost:{srv.port}"):
+            for path in ("/v1/chat/completions", "/v1/models"):
+                asked = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+                asked["Access-Control-Request-Headers"] = "content-type, authorization"
+                r = httpx.options(srv.root + path, headers=asked, timeout=10)
+                assert r.status_code in (403, 405), (origin, path, r.status_code, r.text[:200])
+                assert not [h for h in r.headers if h.lower().startswith("access-control-")], r.headers
 
 
 # -- the request body limit -------------------------------------------------------------------------------
