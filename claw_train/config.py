@@ -77,6 +77,9 @@ class RolloutConfig:
     """Extra env constructor arguments, KEY VALUE pairs (values read as YAML scalars)."""
     repos: str | None = None
     """Repository source of envs that take one: a directory of owner__name clones or a git URL template."""
+    sandbox_isolation: Literal["bwrap", "rlimits"] | None = None
+    """Local sandboxes: bwrap (where bubblewrap cannot run they refuse every command) or rlimits (opt-in: limits only,
+    no namespaces; commands act with your rights); sets $CLAW_SANDBOX_ISOLATION; None: that variable, else bwrap."""
     temperature: float | None = None
     """Sampling temperature of trained turns (> 0); None: the model's preset (tiny 1.0, a real model 0.6 as the
     paper's rollouts; 1.0 with --policy sglang://, which scores prompts at temperature 1 only)."""
@@ -337,9 +340,8 @@ def unknown_option(name: str, table: Mapping[str, Any], *, otherwise: str | None
 def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "serve"]) -> Args:
     """``args`` with every ``None`` default filled in from the family's spec and the command, checked."""
     fam = spec.training
-    values: dict[str, Any] = {"max_new_tokens": fam.max_new_tokens, "max_turns": fam.max_turns}
-    values |= _model_defaults(args, command)
-    values["rollout_workers"] = fam.rollout_workers
+    values: dict[str, Any] = {"max_new_tokens": fam.max_new_tokens, "max_turns": fam.max_turns, "env": spec.name}
+    values |= _model_defaults(args, command) | {"rollout_workers": fam.rollout_workers}
     values["warm_start"] = spec.warm_start_steps if is_named(args.run.model) else 0
     if command != "eval":
         values |= {
@@ -351,7 +353,6 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
         }
     if command == "train":
         values["eval_every"] = fam.eval_every
-    values["env"] = spec.name
     table = options(type(args))
     filled = {k: v for k, v in values.items() if k in table and get(args, k) is None}
     out = replace(args, **filled)
@@ -370,10 +371,8 @@ def _model_defaults(args: Any, command: str) -> dict[str, Any]:
         out |= {"lr": model.optimizer["learning_rate"], "lora": model.lora}
     if hasattr(args, "evaluation"):
         own = model.eval_temperature is not None and args.evaluation.eval_k == 1
-        if command == "eval" and given is not None:
-            out["eval_temperature"] = given
-        else:
-            out["eval_temperature"] = model.eval_temperature if own else temperature
+        eval_given = command == "eval" and given is not None
+        out["eval_temperature"] = given if eval_given else model.eval_temperature if own else temperature
     return out
 
 

@@ -1,13 +1,15 @@
-"""From run options to a family's parts: its spec (:func:`spec_for`), its tasks (``--tasks`` or the built-in ones)
-and the keyword arguments its env is built with. Everything family-specific comes from the
-:class:`~claw_envs.FamilySpec`."""
+"""From run options to a family's parts: its spec (:func:`spec_for`), its tasks (``--tasks`` or the built-in ones),
+the keyword arguments its env is built with and the isolation its sandboxes run under. Everything family-specific
+comes from the :class:`~claw_envs.FamilySpec`."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import claw_envs
 from claw_envs import FamilySpec
+from claw_envs.sandbox.isolation import ISOLATION_ENV, requested
 from claw_envs.spec import resolve
 from claw_envs.tasks import TaskSource, TaskSourceError, load_source
 from claw_train.config import ConfigError, RolloutConfig, spec_for
@@ -54,4 +56,20 @@ def check_env_options(spec: FamilySpec, rollout: RolloutConfig) -> None:
     env.close()
 
 
-__all__ = ["check_env_options", "env_kwargs_for", "max_turns_of", "spec_for", "tasks_for"]
+def apply_sandbox_isolation(rollout: RolloutConfig) -> str | None:
+    """Make ``--sandbox-isolation`` this process's ``$CLAW_SANDBOX_ISOLATION``, which every local sandbox started here
+    (or by the env workers and Ray actors started from here) reads; None keeps the environment's. Returns the line a
+    run's summary carries when that is rlimits only, else None; a bad ``$CLAW_SANDBOX_ISOLATION`` is a
+    :class:`ConfigError`."""
+    if rollout.sandbox_isolation is not None:
+        os.environ[ISOLATION_ENV] = rollout.sandbox_isolation
+    try:
+        reduced = requested("auto") == "rlimits"
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    how = "--sandbox-isolation rlimits" if rollout.sandbox_isolation else f"{ISOLATION_ENV}=rlimits"
+    reason = f"no namespace isolation: agent commands run with this user's rights; opted in with {how}"
+    return f"sandbox: rlimits only ({reason})" if reduced else None
+
+
+__all__ = ["apply_sandbox_isolation", "check_env_options", "env_kwargs_for", "max_turns_of", "spec_for", "tasks_for"]

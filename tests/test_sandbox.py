@@ -1,4 +1,4 @@
-"""Sandboxes: real bubblewrap runs, the rlimits-only fallback, the docker no-engine error.
+"""Sandboxes: real bubblewrap runs, the rlimits-only opt-in, the docker no-engine error.
 
 Every containment test checks the host afterwards: files that must not exist, a loopback listener
 that must not have been reached, and /proc for processes that must not have survived.
@@ -31,8 +31,11 @@ def bwrap_works() -> bool:
         return False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with LocalSandbox() as box:
-            return box.isolation == "bwrap"
+        try:
+            with LocalSandbox(isolation="bwrap"):
+                return True
+        except SandboxError:  # bubblewrap refused by the kernel: the sandbox fails closed
+            return False
 
 
 HAS_BWRAP = bwrap_works()
@@ -519,10 +522,10 @@ def test_a_moments_refusal_to_start_as_nobody_is_retried_and_never_sticks(monkey
             assert (box._root / "workspace" / "out.txt").stat().st_uid == layout.HOST_UID
 
 
-# -- fallbacks and the other backend -----------------------------------------------------------------
+# -- the rlimits opt-in, refusing without bubblewrap, and the other backend ----------------------------
 
 
-def test_without_bubblewrap_it_runs_with_rlimits_and_warns(monkeypatch):
+def test_with_the_rlimits_opt_in_it_runs_with_rlimits_and_warns(monkeypatch):
     monkeypatch.setattr(layout, "_warned", set())
     with pytest.warns(RuntimeWarning, match="WITHOUT namespace isolation"):
         box = LocalSandbox(isolation="rlimits", max_processes=16, memory_mb=512)
@@ -559,15 +562,15 @@ def test_without_bubblewrap_it_runs_with_rlimits_and_warns(monkeypatch):
         box.close()
 
 
-def test_auto_without_bwrap_on_path_falls_back_and_bwrap_mode_refuses(monkeypatch):
+def test_without_bwrap_on_path_auto_and_bwrap_refuse_and_name_the_fix(monkeypatch):
     monkeypatch.setattr(layout, "_warned", set())
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.warns(RuntimeWarning, match="bubblewrap \\(bwrap\\) is not installed"):
-        box = LocalSandbox()
-    assert box.isolation == "rlimits-only"
-    box.close()
-    with pytest.raises(SandboxError, match="bubblewrap cannot run here"):
-        LocalSandbox(isolation="bwrap")
+    monkeypatch.delenv("CLAW_SANDBOX_ISOLATION", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no silent fallback, not even a warned one
+        for isolation in ("auto", "bwrap"):
+            with pytest.raises(SandboxError, match=r"bubblewrap \(bwrap\) is not installed.*apt-get install"):
+                LocalSandbox(isolation=isolation)
 
 
 def test_make_sandbox_kinds():

@@ -2,7 +2,9 @@
 
 Both backends implement :class:`Sandbox`: ``run(cmd, timeout, env, cwd, stdin) -> ExecResult``,
 ``read_file``, ``write_file``, ``close``. Whatever a command does comes back as an ``ExecResult``;
-:class:`SandboxError` means the sandbox itself failed (an infrastructure failure).
+:class:`SandboxError` means the sandbox itself failed (an infrastructure failure). The local backend fails closed:
+where bubblewrap cannot run it refuses to start, unless rlimits-only isolation was opted in
+(:mod:`claw_envs.sandbox.isolation`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 With bubblewrap (``bwrap``) every command gets fresh namespaces (user, pid, net, ipc, uts, mount):
 the system is read-only, the workspace (``/workspace``), ``/tmp`` and ``$HOME`` are the sandbox's own
 directories, the network is loopback only, no capabilities are left, and when the command ends the
-pid namespace takes everything it started with it. Without bubblewrap commands still run with the
-rlimits in the workspace directory, and a warning says how much less that isolates.
+pid namespace takes everything it started with it. Fail closed: where bubblewrap is missing or the kernel refuses
+its namespaces, the sandbox refuses to start (:class:`SandboxError` naming the cause and the fix). Running with
+rlimits only (no namespaces, the workspace a host folder, the user's rights) is an explicit opt-in, with a warning:
+``isolation="rlimits"`` or ``CLAW_SANDBOX_ISOLATION=rlimits`` (:mod:`claw_envs.sandbox.isolation`).
 
 What the host shows inside: the system directories, a copy of the harmless parts of ``/etc``, and the
 interpreter's prefixes and site-packages, all read-only, plus ``binds_ro``. Never the working directory,
@@ -46,6 +48,7 @@ from typing import Literal
 from claw_envs.sandbox.areas import Areas
 from claw_envs.sandbox.base import Bind, ExecResult, Sandbox, SandboxError, Spawned
 from claw_envs.sandbox.folders import is_full, new_folder, remove_folder, sweep_orphans_once
+from claw_envs.sandbox.isolation import bubblewrap_refused, no_bubblewrap, opted_in_with, requested
 from claw_envs.sandbox.layout import (
     AREAS,
     HOST_UID,
@@ -76,17 +79,17 @@ Running = tuple[subprocess.Popen, str, RunCgroup | None]  # a started command: p
 
 
 class LocalSandbox(Sandbox):
-    """A workspace on this machine; commands run isolated by bubblewrap when it is available.
+    """A workspace on this machine; commands run isolated by bubblewrap, or not at all.
 
-    ``isolation``: ``"auto"`` (bubblewrap if it works here, else rlimits with a warning), ``"bwrap"``
-    (fail with :class:`SandboxError` when it does not) or ``"rlimits"`` (no namespaces, for hosts
-    where they are unavailable). The attribute of the same name says what is in force:
-    ``"bwrap"`` or ``"rlimits-only"``. ``binds_ro`` are extra host paths made visible read-only at the
-    same path (or ``(host_path, inside_path)`` pairs). ``python`` is the interpreter to use inside;
+    ``isolation``: ``"bwrap"`` (where bubblewrap cannot run, :class:`SandboxError` naming the cause and the fix),
+    ``"rlimits"`` (an opt-in, with a warning: no namespaces, for hosts where they are unavailable) or ``"auto"``,
+    the process's choice: ``$CLAW_SANDBOX_ISOLATION`` (unset: bwrap). The attribute of the same name says what
+    is in force: ``"bwrap"`` or ``"rlimits-only"``. ``binds_ro`` are extra host paths made visible read-only at
+    the same path (or ``(host_path, inside_path)`` pairs). ``python`` is the interpreter to use inside;
     its prefixes and site-packages are bound read-only, so it imports the installed packages.
     ``disk_mb`` caps what the workspace, /tmp and home hold together; ``disk_capped`` says whether
     the cap is in force (it needs root to mount). ``workspace`` is where the workspace appears inside under
-    bubblewrap (``/testbed``, ``/app``: the absolute paths benchmark tasks expect); without bubblewrap it is a
+    bubblewrap (``/testbed``, ``/app``: the absolute paths benchmark tasks expect); with rlimits only it is a
     host folder and tasks must use relative paths.
 
     Every command's processes end with it: background jobs do not outlive the command.
@@ -106,10 +109,12 @@ class LocalSandbox(Sandbox):
         isolation: Literal["auto", "bwrap", "rlimits"] = "auto",
         workspace: str = INSIDE_WORKSPACE,
     ):
-        if isolation not in ("auto", "bwrap", "rlimits"):
-            raise ValueError(f"isolation must be 'auto', 'bwrap' or 'rlimits', got {isolation!r}")
         if not isinstance(output_limit, int) or output_limit < 2:
             raise ValueError(f"output_limit must be an integer >= 2, got {output_limit!r}")
+        mode = requested(isolation)  # fail closed: bubblewrap, or rlimits only when asked for
+        bwrap = shutil.which("bwrap") if mode == "bwrap" else None
+        if mode == "bwrap" and bwrap is None:
+            raise no_bubblewrap()
         self._inside_workspace = checked_workspace(workspace)
         self.limits = Limits(memory_mb, cpu_seconds, max_processes, max_file_mb, disk_mb=disk_mb)
         self.output_limit = output_limit
@@ -132,18 +137,10 @@ class LocalSandbox(Sandbox):
         self._shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
         self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
 
-        bwrap = shutil.which("bwrap") if isolation != "rlimits" else None
-        if isolation == "rlimits":
-            reason: str | None = "isolation='rlimits' was requested"
-        elif bwrap is None:
-            reason = "bubblewrap (bwrap) is not installed"
-        else:
-            reason = self._set_up_bwrap(bwrap)
-        if reason is not None and isolation == "bwrap":
+        if bwrap is not None and (reason := self._set_up_bwrap(bwrap)) is not None:
             self.close()
-            raise SandboxError(f"isolation='bwrap' requested but bubblewrap cannot run here: {reason}")
-
-        if reason is None:
+            raise bubblewrap_refused(reason)
+        if bwrap is not None:
             self.isolation = "bwrap"
             self.workspace = self._inside_workspace
             mapping = {self._inside_workspace: "workspace", INSIDE_TMP: "tmp", INSIDE_HOME: "home"}
@@ -152,9 +149,8 @@ class LocalSandbox(Sandbox):
             self.workspace = str(self._root / "workspace")
             mapping = {str(self._root / name): name for name in AREAS}
             warn_once(
-                f"LocalSandbox runs WITHOUT namespace isolation ({reason}): commands can read and write "
-                "anything this user can and reach the network; only rlimits apply. Install bubblewrap "
-                "(apt-get install bubblewrap) for real isolation.",
+                f"LocalSandbox runs WITHOUT namespace isolation (opted in with {opted_in_with(isolation)}): commands "
+                "can read and write anything this user can and reach the network; only rlimits apply."
             )
         self._paths = Areas(self._root, mapping, self.workspace)
         self._cgroups_usable = os.geteuid() == 0 and cgroups_available()
@@ -410,11 +406,13 @@ class LocalSandbox(Sandbox):
         reason = self._layout(bwrap, list(run_as_host_uid()))
         if reason is None or not self._run_as:
             return reason
-        warn_once(
-            f"LocalSandbox: bubblewrap cannot run as uid {HOST_UID} here ({reason}); it runs as root, so host files "
-            "private to root are readable where a sandbox shows them."
-        )
-        return self._layout(bwrap, [])
+        as_root = self._layout(bwrap, [])
+        if as_root is None:
+            warn_once(
+                f"LocalSandbox: bubblewrap cannot run as uid {HOST_UID} here ({reason}); it runs as root, so host "
+                "files private to root are readable where a sandbox shows them."
+            )
+        return as_root
 
     def _layout(self, bwrap: str, run_as: list[str]) -> str | None:
         """Lay out the sandbox for bubblewrap started with the prefix ``run_as``; the probe's answer."""

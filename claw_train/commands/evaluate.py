@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=False, soft_wrap=True)  # a piped log keeps each message on one line
     try:
         args = parse(EvalArgs, argv, prog="claw-eval", description=f"{EvalArgs.__doc__}\n\n{EXAMPLES}")
-        from claw_train.families import check_env_options, spec_for, tasks_for
+        from claw_train.families import apply_sandbox_isolation, check_env_options, spec_for, tasks_for
 
         if args.sessions is not None:
             return _sessions(args, console)
@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = spec_for(args.run.env)
         args = resolve(args, spec, command="eval")
         check_env_options(spec, args.rollout)
+        sandbox_note = apply_sandbox_isolation(args.rollout)
         check_model(args, hub=True)
         tasks = tasks_for(spec, args.rollout.tasks, args.evaluation.eval_split)
         report = _report(args, spec, tasks, console)
@@ -62,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = args.run.output_dir or Path("runs") / "eval" / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     paths = write_report(report, out_dir)
     console.print(summary_table(report.summary, spec.name, _extension(args, spec)))
+    if sandbox_note:
+        console.print(f"[yellow]{escape(sandbox_note)}[/yellow]")
     console.print(f"per-episode records: {paths[0]}   summary: {paths[1]}", markup=False)
     if report.summary.get("failed_generations") == report.summary.get("samples"):
         first = next((r.get("generation_error") for r in report.records if r.get("generation_error")), "?")

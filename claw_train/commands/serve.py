@@ -31,8 +31,11 @@ request's own temperature/top_p there is not used, and the X-Claw-Sampling heade
 
 Security: it listens on 127.0.0.1 by default. With an API key (CLAW_API_KEY=secret, or --api-key; the
 environment keeps it out of `ps`) every request but /healthz needs "Authorization: Bearer <key>" (401
-otherwise); any non-loopback --host (0.0.0.0, a LAN address) is refused without one (exit 2). Request bodies
-over --max-body-bytes (4 MiB) are refused with 413 before they are read.
+otherwise); any non-loopback --host (0.0.0.0, a LAN address) is refused without one (exit 2). Without a key
+it answers (403 otherwise) only a Host of localhost, *.localhost, 127.x.x.x or [::1], never looking a name up, and
+an Origin, if sent, of such a host on its own port, so no web page elsewhere can use or train it. Request bodies
+must be Content-Type: application/json (415 otherwise); over --max-body-bytes (4 MiB) they are refused with 413
+before they are read.
 
 curl:
   curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
@@ -55,11 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse options and serve until stopped; returns the exit code."""
     try:
         args = parse(ServeArgs, argv, prog="claw-serve", description=HELP)
-        from claw_train.families import check_env_options, spec_for
+        from claw_train.families import apply_sandbox_isolation, check_env_options, spec_for
 
         spec = spec_for(args.run.env, personal=True)
         args = resolve(args, spec, command="serve")
         check_env_options(spec, args.rollout)
+        sandbox_note = apply_sandbox_isolation(args.rollout)
         check_model(args, hub=True)
     except ConfigError as err:
         print(f"claw-serve: {err}", file=sys.stderr)
@@ -131,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not key:
             print("  no API key: anyone on this machine can use it (and train it); see --api-key")
         print(f"  logs and checkpoints: {out}   metrics: {url[:-3]}/metrics   Ctrl-C: checkpoint and exit")
+        if sandbox_note:
+            print(f"  {sandbox_note}")
         sys.stdout.flush()  # a log file or a pipe sees the URL at once
 
     try:

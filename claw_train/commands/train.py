@@ -37,16 +37,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     try:
         args = parse(TrainArgs, argv, prog="claw-train", description=f"{TrainArgs.__doc__}\n\n{EXAMPLES}")
-        from claw_train.families import check_env_options, spec_for, tasks_for
+        from claw_train.families import apply_sandbox_isolation, check_env_options, spec_for, tasks_for
 
         spec = spec_for(args.run.env)
         args = resolve(args, spec, command="train")
         check_env_options(spec, args.rollout)
+        sandbox_note = apply_sandbox_isolation(args.rollout)
         if args.rollout.tasks is not None:  # a bad task file is said before any model loads
             tasks_for(spec, args.rollout.tasks, "train")
     except ConfigError as err:
         console.print(f"[red]claw-train:[/red] {escape(str(err))}")
         return 2
+    if sandbox_note:
+        console.print(f"[yellow]{escape(sandbox_note)}[/yellow]")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if builds_here(args.run.model):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is built or fetched here; nothing from a hub
@@ -93,17 +96,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if process_rank() != 0:  # rank 0 reports the run
         console.print(f"claw-train: {result.message}", markup=False)
         return result.exit_code
-    _report(pipeline, result, console)
+    _report(pipeline, result, console, sandbox_note)
     return result.exit_code
 
 
-def _report(pipeline: Any, result: Any, console: Any) -> None:
+def _report(pipeline: Any, result: Any, console: Any, sandbox_note: str | None = None) -> None:
+    """The run's summary: its table and held-out curve, the reduced sandbox isolation it ran under, how it ended."""
     import json
 
     from rich.markup import escape
 
     from claw_train.plots import summary_table
 
+    if sandbox_note:
+        console.print(f"[yellow]{escape(sandbox_note)}[/yellow]")
     summary = json.loads((pipeline.out / "summary.json").read_text())
     if not summary.get("turns") and result.status not in ("done", "interrupted"):  # it never started
         console.print(f"[red]claw-train: {escape(result.message)}[/red]")

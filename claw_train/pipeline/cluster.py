@@ -12,10 +12,12 @@ trainer; with the in-process policy they are env actors and the agents stay with
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from claw_envs.sandbox.isolation import ISOLATION_ENV
 from claw_train.pipeline.rundir import RunError
 
 if TYPE_CHECKING:
@@ -68,8 +70,11 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT) -> None:
 
 def actor_options(resources: Mapping[str, Any]) -> dict[str, Any]:
     """Ray actor options for env actors from ``--ray-resources`` (``num_cpus 1 sandbox 1``): Ray's own resource
-    options as they are, any other name a custom resource."""
+    options as they are, any other name a custom resource. ``$CLAW_SANDBOX_ISOLATION`` goes with them, so actors
+    on other nodes run their sandboxes as this process does."""
     options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+    if isolation := os.environ.get(ISOLATION_ENV):
+        options["runtime_env"] = {"env_vars": {ISOLATION_ENV: isolation}}
     custom: dict[str, float] = {}
     for name, value in resources.items():
         try:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from claw_envs.sandbox import LocalSandbox, layout
+from claw_envs.sandbox import LocalSandbox, SandboxError, layout
 from claw_envs.sandbox.folders import OWNER, remove_folder, sweep_orphans
 from claw_envs.terminal.signals import report
 
@@ -33,8 +33,11 @@ def _bwrap_reason() -> str | None:
         return "bubblewrap (bwrap) is not installed"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with LocalSandbox() as box:
-            return None if box.isolation == "bwrap" else "bubblewrap cannot create namespaces here"
+        try:
+            with LocalSandbox(isolation="bwrap"):
+                return None
+        except SandboxError as err:  # the sandbox fails closed where the kernel refuses bubblewrap
+            return str(err)
 
 
 BWRAP_REASON = _bwrap_reason()
