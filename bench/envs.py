@@ -1,10 +1,18 @@
 """Environment-side overheads, as ratios measured in this one run (prints a table; not a test).
 
 Each row times the same work two ways, ``ours`` (through claw) and ``bare`` (the plain way), and
-prints both medians and ``ours / bare``. To add a row, write a function ``(repeats) -> Row`` (or a list of
-rows) and put it in ``ROWS``.
+prints both medians and ``ours / bare``; then the GUI figures of ``bench/gui.py``. To add a row, write a function
+``(repeats) -> Row`` (or a list of rows) and put it in ``ROWS``.
 
-Run: ``.venv/bin/python bench/envs.py [--repeats N] [--ray]``
+Writes ``bench/results/envs.json`` (``--results DIR``, ``--name NAME`` to write elsewhere): ``repeats``, ``warmup``,
+``rows.<key>`` per row (``name``, ``ours_ms``, ``bare_ms``, ``ratio``, ``n``; the SWE resets also ``warmup``: 1, the
+large one ``source`` and ``files``) with the keys ``sandbox_true``, ``echo_pool_local``, ``toolcall_python_step``,
+``terminal_command_step``, ``terminal_oneshot_step``, ``terminal_shell_step``, ``swe_reset_builtin``,
+``swe_reset_large``, ``swe_command_step`` (and ``echo_pool_ray`` with ``--ray``), and ``gui``: ``bench/gui.py``'s
+values (``gui.step.ratio``, ...).
+
+Run: ``.venv/bin/python bench/envs.py [--repeats N] [--ray]`` (a few minutes at the default 50 on 2 idle cores;
+``--repeats 3`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -19,10 +27,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
+import record
 
 import claw_envs  # noqa: F401  registers the env ids
 from claw_envs.pool import EnvPool
@@ -31,15 +41,24 @@ from claw_envs.sandbox import make_sandbox
 
 @dataclass
 class Row:
-    """One measurement: seconds per repetition, through claw (``ours``) and the plain way (``bare``)."""
+    """One measurement: seconds per repetition, through claw (``ours``) and the plain way (``bare``); ``key`` names
+    it in the results file (the measuring function's name), ``extra`` holds what else it measured."""
 
+    key: str
     name: str
     ours: list[float]
     bare: list[float]
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
         return statistics.median(self.ours) / statistics.median(self.bare)
+
+    def values(self) -> dict[str, Any]:
+        """The row as written: its name, both medians in ms, the ratio, the repetitions."""
+        ours_ms, bare_ms = 1000 * statistics.median(self.ours), 1000 * statistics.median(self.bare)
+        n = len(self.ours)
+        return {"name": self.name, "ours_ms": ours_ms, "bare_ms": bare_ms, "ratio": self.ratio, "n": n, **self.extra}
 
 
 def timed(fn: Callable[[], object], repeats: int, warmup: int = 3) -> list[float]:
@@ -59,7 +78,7 @@ def sandbox_true(repeats: int) -> Row:
         ours = timed(lambda: sandbox.run(["true"]), repeats)
         name = f"`true`: local sandbox ({sandbox.isolation}) vs subprocess.run"
     bare = timed(lambda: subprocess.run(["true"], check=True), repeats)
-    return Row(name, ours, bare)
+    return Row("sandbox_true", name, ours, bare)
 
 
 def _pool_step_times(repeats: int, backend: str) -> list[float]:
@@ -91,16 +110,16 @@ def _direct_step_times(repeats: int) -> list[float]:
 def echo_pool_local(repeats: int) -> Row:
     """An Echo step through ``EnvPool(backend="local")`` vs a direct ``env.step``."""
     ours = _pool_step_times(repeats, "local")
-    return Row("Echo step: EnvPool(local) vs direct env.step", ours, _direct_step_times(repeats))
+    return Row("echo_pool_local", "Echo step: EnvPool(local) vs direct env.step", ours, _direct_step_times(repeats))
 
 
 def echo_pool_ray(repeats: int) -> Row:
     """An Echo step through ``EnvPool(backend="ray")`` (an actor call) vs a direct ``env.step``."""
     ours = _pool_step_times(repeats, "ray")
-    return Row("Echo step: EnvPool(ray) vs direct env.step", ours, _direct_step_times(repeats))
+    return Row("echo_pool_ray", "Echo step: EnvPool(ray) vs direct env.step", ours, _direct_step_times(repeats))
 
 
-def _env_step_row(name: str, env_id: str, action: str, bare: list[float], repeats: int) -> Row:
+def _env_step_row(key: str, name: str, env_id: str, action: str, bare: list[float], repeats: int) -> Row:
     """``action`` as a step of ``env_id`` (one long episode, so every step runs it) against ``bare`` timings."""
     env = gym.make(env_id, split="test", max_turns=repeats + 4).unwrapped
     env.reset(seed=0)
@@ -108,7 +127,7 @@ def _env_step_row(name: str, env_id: str, action: str, bare: list[float], repeat
         ours = timed(lambda: env.step(action), repeats)
     finally:
         env.close()
-    return Row(name, ours, bare)
+    return Row(key, name, ours, bare)
 
 
 def toolcall_python_step(repeats: int) -> Row:
@@ -120,7 +139,7 @@ def toolcall_python_step(repeats: int) -> Row:
     with make_sandbox("local") as sandbox:
         bare = timed(lambda: sandbox.run([sandbox.python, "-c", code]), repeats)
     name = "ToolCall python step vs sandboxed `python -c`"
-    return _env_step_row(name, "claw/ToolCall-v0", tool_call_text(code), bare, repeats)
+    return _env_step_row("toolcall_python_step", name, "claw/ToolCall-v0", tool_call_text(code), bare, repeats)
 
 
 def terminal_command_step(repeats: int) -> Row:
@@ -132,7 +151,7 @@ def terminal_command_step(repeats: int) -> Row:
     with make_sandbox("local") as sandbox:
         bare = timed(lambda: sandbox.run(command), repeats)
     name = "Terminal command step vs the bare sandboxed command"
-    return _env_step_row(name, "claw/Terminal-v0", tool_call_text(command), bare, repeats)
+    return _env_step_row("terminal_command_step", name, "claw/Terminal-v0", tool_call_text(command), bare, repeats)
 
 
 def terminal_oneshot_step(repeats: int) -> Row:
@@ -148,7 +167,8 @@ def terminal_oneshot_step(repeats: int) -> Row:
         ours = timed(lambda: env.step(tool_call_text(command)), repeats)
     finally:
         env.close()
-    return Row("Terminal command step (shell=oneshot) vs the bare sandboxed command", ours, bare)
+    name = "Terminal command step (shell=oneshot) vs the bare sandboxed command"
+    return Row("terminal_oneshot_step", name, ours, bare)
 
 
 def terminal_shell_step(repeats: int) -> Row:
@@ -163,7 +183,7 @@ def terminal_shell_step(repeats: int) -> Row:
         bare = timed(lambda: shell.run(command), repeats)
         shell.close()
     name = "Terminal command step vs the same command in a bare PersistentShell"
-    return _env_step_row(name, "claw/Terminal-v0", tool_call_text(command), bare, repeats)
+    return _env_step_row("terminal_shell_step", name, "claw/Terminal-v0", tool_call_text(command), bare, repeats)
 
 
 def _swe_resets(repeats: int, mirror: str, commit: str) -> tuple[list[float], list[float]]:
@@ -211,12 +231,14 @@ def swe_reset(repeats: int) -> list[Row]:
         task = builtin_instances("test").get("claw-examples__ledger-9")
         mirror = RepoSource(cache_dir=tmp).mirror(task.data["repo"], task.data["base_commit"])
         ours, bare = _swe_resets(n, str(mirror), task.data["base_commit"])
-        rows.append(Row("SWE reset (built-in ledger repo) vs fresh clone+checkout", ours, bare))
+        label = "SWE reset (built-in ledger repo) vs fresh clone+checkout"
+        rows.append(Row("swe_reset_builtin", label, ours, bare, {"warmup": 1}))
         name, files = _source_repo(Path(tmp) / "big")
         subprocess.run(["git", "clone", "-q", "--bare", str(Path(tmp) / "big"), str(Path(tmp) / "big.git")], check=True)
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(tmp) / "big", capture_output=True, text=True)
         ours, bare = _swe_resets(n, str(Path(tmp) / "big.git"), head.stdout.strip())
-        rows.append(Row(f"SWE reset ({name} source, {files} files) vs fresh clone+checkout", ours, bare))
+        label = f"SWE reset ({name} source, {files} files) vs fresh clone+checkout"
+        rows.append(Row("swe_reset_large", label, ours, bare, {"warmup": 1, "source": name, "files": files}))
     return rows
 
 
@@ -238,7 +260,7 @@ def swe_command_step(repeats: int) -> Row:
                 bare = timed(lambda: sandbox.run(command), repeats)
         finally:
             env.close()
-    return Row("SWE command step vs the bare sandboxed command", ours, bare)
+    return Row("swe_command_step", "SWE command step vs the bare sandboxed command", ours, bare)
 
 
 ROWS: list[Callable[[int], Row | list[Row]]] = [
@@ -260,22 +282,27 @@ def print_rows(rows: list[Row], repeats: int) -> None:
     width = max(len(r.name) for r in rows)
     print(f"{'measurement':<{width}}  {'ours ms':>9}  {'bare ms':>9}  {'ours/bare':>9}")
     for r in rows:
-        ours_ms, bare_ms = 1000 * statistics.median(r.ours), 1000 * statistics.median(r.bare)
-        print(f"{r.name:<{width}}  {ours_ms:>9.3f}  {bare_ms:>9.3f}  {r.ratio:>8.1f}x")
+        v = r.values()
+        print(f"{r.name:<{width}}  {v['ours_ms']:>9.3f}  {v['bare_ms']:>9.3f}  {r.ratio:>8.1f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--ray", action="store_true", help="add the Ray backend row (starts a local Ray, ~15 s)")
+    record.options(parser, "envs")
     args = parser.parse_args()
-    rows = ROWS + ([echo_pool_ray] if args.ray else [])
-    measured = [measure(args.repeats) for measure in rows]
-    print_rows([r for m in measured for r in (m if isinstance(m, list) else [m])], args.repeats)
-    from gui import report as gui_report  # bench/gui.py: GUI step vs raw Playwright, resets, episodes/s
+    measures = ROWS + ([echo_pool_ray] if args.ray else [])
+    measured = [measure(args.repeats) for measure in measures]
+    rows = [r for m in measured for r in (m if isinstance(m, list) else [m])]
+    print_rows(rows, args.repeats)
+    import gui  # bench/gui.py: GUI step vs raw Playwright, resets, episodes/s
 
-    for line in gui_report(min(args.repeats, 30)):
+    gui_values = gui.measure(min(args.repeats, 30))
+    for line in gui.lines(gui_values):
         print(line)
+    values = {"repeats": args.repeats, "warmup": 3, "rows": {r.key: r.values() for r in rows}, "gui": gui_values}
+    record.write(args.name, values, folder=args.results)
 
 
 if __name__ == "__main__":

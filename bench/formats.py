@@ -5,7 +5,14 @@ least one such turn (prints a table; not a test).
 Each family runs ``--eval-n`` held-out tasks at its own budgets (generation, turns) and the model's evaluation
 temperature (greedy for a real model), exactly as ``claw-eval --env F --model M`` would.
 
-Run: ``.venv/bin/python bench/formats.py [--model smollm2] [--families ...] [--eval-n 8]`` (writes ``--out``, JSON)
+Writes ``bench/results/formats-<model>.json`` (``--name NAME`` for another name, e.g. ``formats-smollm2-warm``;
+``--results DIR`` for another folder), again after each family so a stopped run keeps what it measured: ``model``,
+``eval_n``, ``extra`` (the claw-eval options passed on) and per family ``<family>`` (``action_rate``,
+``acting_episodes``, ``turns``, ``score``, ``success_rate``, ``seconds``, ``first_reply``, ``records``: the
+episodes' file, in a temporary folder).
+
+Run: ``.venv/bin/python bench/formats.py [--model smollm2] [--families ...] [--eval-n 8]`` (minutes per family with
+smollm2 on 2 cores, SWE and GUI the longest: about 6 and 10 minutes at ``--eval-n 4``)
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
+
 FAMILIES = ("conversation", "toolcall", "terminal", "swe", "gui")
 
 
@@ -27,9 +36,10 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--families", nargs="+", default=list(FAMILIES))
     parser.add_argument("--eval-n", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/formats-smollm2.json"))
+    record.options(parser, None)
     parser.add_argument("extra", nargs="*", help="more claw-eval options (after --), e.g. --temperature 0.6")
     args = parser.parse_args()
+    name = args.name or f"formats-{Path(args.model).name}"
     claw_eval = str(Path(sys.executable).parent / "claw-eval")
     rows = {}
     for family in args.families:
@@ -59,10 +69,9 @@ def main() -> None:
         print(f"{family:>12}: actions carried out {r['action_rate']:.0%} of {r['turns']} turns, "
               f"{r['acting_episodes']:.0%} of episodes; success {r['success_rate']:.0%}; {r['seconds']} s",
               flush=True)  # fmt: skip
-        args.out.parent.mkdir(parents=True, exist_ok=True)  # after each family: a stopped run keeps what it measured
-        record = {"model": args.model, "eval_n": args.eval_n, "extra": args.extra, **rows}
-        args.out.write_text(json.dumps(record, indent=2))
-    print(f"wrote {args.out}")
+        # after each family: a stopped run keeps what it measured
+        values = {"model": args.model, "eval_n": args.eval_n, "extra": args.extra, **rows}
+        record.write(name, values, folder=args.results)
 
 
 if __name__ == "__main__":

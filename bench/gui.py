@@ -8,7 +8,13 @@
   (a new Tk app process on the env's Xvfb, first observation).
 * **episodes/s**: oracle episodes of the browser tasks, one env alone vs 4 envs in parallel in one event loop.
 
-Run: ``.venv/bin/python bench/gui.py [--repeats N]`` (also called by ``bench/envs.py``).
+Writes ``bench/results/gui.json`` (``--results DIR``, ``--name NAME`` to write elsewhere): ``repeats``, ``step``
+(``ours_ms``, ``bare_ms``, ``ratio``, ``n``), ``reset`` (``browser_ms``, ``desktop_ms``, ``n``), ``episodes``
+(``episodes``, ``one_env_per_s``, ``four_envs_per_s``, ``ratio``, ``solved_one_env``, ``solved_four_envs``,
+``not_solved``). ``bench/envs.py`` measures the same and writes it under the ``gui`` key of its own file.
+
+Run: ``.venv/bin/python bench/gui.py [--repeats N]`` (about 2 minutes at the default 30 on 2 cores, most of it the
+48 oracle episodes; ``--repeats 3`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
+
+import record
 
 from claw_envs.gui.env import GUIEnv
 from claw_envs.gui.server import serve
@@ -109,33 +118,63 @@ async def episodes_per_second(n_envs: int, episodes: int) -> tuple[float, list[s
             await e.aclose()
 
 
-def report(repeats: int) -> list[str]:
-    """The measured lines (also used by ``bench/envs.py``)."""
+def measure(repeats: int) -> dict[str, Any]:
+    """The measured values (also written by ``bench/envs.py``, under its ``gui`` key)."""
     ours, bare = asyncio.run(step_times(repeats))
     resets = asyncio.run(reset_times(max(3, repeats // 3)))
     episodes = 24
     one, failed_one = asyncio.run(episodes_per_second(1, episodes))
     four, failed_four = asyncio.run(episodes_per_second(4, episodes))
-    ratio = statistics.median(ours) / statistics.median(bare)
+    return {
+        "repeats": repeats,
+        "step": {
+            "ours_ms": _median_ms(ours),
+            "bare_ms": _median_ms(bare),
+            "ratio": statistics.median(ours) / statistics.median(bare),
+            "n": len(ours),
+        },
+        "reset": {
+            "browser_ms": _median_ms(resets["browser"]),
+            "desktop_ms": _median_ms(resets["desktop"]),
+            "n": len(resets["browser"]),
+        },
+        "episodes": {
+            "episodes": episodes,
+            "one_env_per_s": one,
+            "four_envs_per_s": four,
+            "ratio": four / one,
+            "solved_one_env": episodes - len(failed_one),
+            "solved_four_envs": episodes - len(failed_four),
+            "not_solved": failed_one + failed_four,
+        },
+    }
+
+
+def lines(values: dict[str, Any]) -> list[str]:
+    """``values`` (from :func:`measure`) as the printed lines."""
+    step, reset, ep = values["step"], values["reset"], values["episodes"]
+    n = ep["episodes"]
     return [
-        f"GUI step (click + screenshot + tree): env {_median_ms(ours):.0f} ms vs raw Playwright "
-        f"{_median_ms(bare):.0f} ms = {ratio:.2f}x",
-        f"GUI reset: browser task {_median_ms(resets['browser']):.0f} ms, desktop task "
-        f"{_median_ms(resets['desktop']):.0f} ms (medians)",
-        f"GUI oracle episodes/s: 1 env {one:.2f}, 4 envs in parallel {four:.2f} ({four / one:.2f}x); "
-        f"solved {episodes - len(failed_one)}/{episodes} and {episodes - len(failed_four)}/{episodes}",
-        *(f"  not solved: {f}" for f in failed_one + failed_four),
+        f"GUI step (click + screenshot + tree): env {step['ours_ms']:.0f} ms vs raw Playwright "
+        f"{step['bare_ms']:.0f} ms = {step['ratio']:.2f}x",
+        f"GUI reset: browser task {reset['browser_ms']:.0f} ms, desktop task {reset['desktop_ms']:.0f} ms (medians)",
+        f"GUI oracle episodes/s: 1 env {ep['one_env_per_s']:.2f}, 4 envs in parallel {ep['four_envs_per_s']:.2f} "
+        f"({ep['ratio']:.2f}x); solved {ep['solved_one_env']}/{n} and {ep['solved_four_envs']}/{n}",
+        *(f"  not solved: {f}" for f in ep["not_solved"]),
     ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
+    record.options(parser, "gui")
     args = parser.parse_args()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"({os.cpu_count()} CPUs, load average {load}; medians over {args.repeats} steps after 3 warm-up steps)")
-    for line in report(args.repeats):
+    values = measure(args.repeats)
+    for line in lines(values):
         print(line)
+    record.write(args.name, values, folder=args.results)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,25 @@ Every method runs with the same seeds, the same budget (updates of ``--samples-p
 ``--updates-of binary=8`` stops one method earlier) and the same evaluation:
 the mean rubric score of the policy's first reply to the same held-out problems, sampled with the same
 seed. Prints, per persona, mean ± sd (over seeds) of the score, the valid-reply rate and the share of correct
-answers at each evaluation point, checks the targets, and writes ``personalization-<persona>.png`` and
-``personalization.json`` to ``--out``. Each run is a ``claw-train`` process whose run directory is kept under
-``--out``: a finished run is reused, and an interrupted one resumes from its last checkpoint (one every
+answers at each evaluation point, and checks the targets. Each run is a ``claw-train`` process whose run directory
+is kept under ``--out``: a finished run is reused, and an interrupted one resumes from its last checkpoint (one every
 ``--eval-at`` gap), keeping the evaluations made before it and saying how many updates it lost.
 
+Writes ``personalization-<persona>.png`` and ``personalization.json`` to ``--out`` (beside the runs), and the
+results file ``bench/results/<name>.json`` with ``<name>-<persona>.png`` beside it (``<name>.png`` for one persona;
+``--name``, default ``personalization-<model>``; ``--results DIR`` for another folder). The results file holds
+``personalization.json``'s values as they are, ``<persona>.<method>.<update>`` (``score``, ``valid``, ``correct``:
+each ``[mean, sd]`` over seeds; ``n``: the seeds), e.g. ``student.combined.8.score.0``, and beside them ``settings``
+(the options), ``targets.<persona>`` (a list of ``target``, ``met``: true, false or null for a figure that is no
+target, ``detail``), ``gap_closed.<persona>.<method>.<update>`` (the share of the gap between update 0's mean score
+and 1.0 closed by then) and ``wall_s.<persona>.<method>`` (each seed's run's wall time in seconds, as its summary
+says).
+
 Run: ``.venv/bin/python bench/personalization.py [--personas student teacher] [--seeds 0 1 2] [--updates 16]``
-(the tiny tables), or ``--model smollm2 --seeds 0 --samples-per-step 8 --updates-of binary=8 opd=8 --eval-n 16``
-(the real model's; its targets are the issue's, against the paper's 71% / 77% of the gap closed at 8 / 16).
+(the tiny tables: 45-80 s per run on 2 cores, about 10 minutes per persona), or ``--model smollm2 --seeds 0
+--samples-per-step 8 --updates-of binary=8 opd=8 --eval-n 16`` (the real model's: 7-10 minutes per run; its targets
+are the issue's, against the paper's 71% / 77% of the gap closed at 8 / 16). A smoke run: ``--personas student
+--methods combined --seeds 0 --updates 1 --samples-per-step 2 --eval-at 1 --eval-n 2 --out /tmp/p --results /tmp``.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import record
 
 CLAW_TRAIN = str(Path(sys.executable).parent / "claw-train")
 METHODS = ("binary", "opd", "combined")
@@ -150,6 +163,16 @@ def check_targets(table: dict, model: str) -> list[tuple[str, bool | None, str]]
     return rows
 
 
+def gap_closed(table: dict) -> dict[str, dict[str, float]]:
+    """Per method and update after 0, the share of the gap between update 0's mean score and 1.0 closed by then."""
+    out = {}
+    for method, rows in table.items():
+        if 0 in rows and rows[0]["score"][0] < 1:
+            base = rows[0]["score"][0]
+            out[method] = {str(u): (r["score"][0] - base) / (1 - base) for u, r in rows.items() if u > 0}
+    return out
+
+
 def plot(table: dict, points: list[int], path: Path, title: str, samples: int) -> None:
     """Personalization score by update per method (mean ± sd band), correctness dotted in the same colour."""
     import matplotlib
@@ -209,11 +232,18 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("runs/bench-personalization"))
     parser.add_argument("--rerun", action="store_true", help="ignore finished and interrupted runs found in --out")
+    record.options(parser, None)
     args = parser.parse_args()
     args.updates_of = updates_of(parser, args.updates_of)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.out.mkdir(parents=True, exist_ok=True)
     name = args.model
+    settings = {
+        "model": name, **{k: getattr(args, k) for k in ("personas", "methods", "seeds", "updates", "updates_of")},
+        **{k: getattr(args, k) for k in ("samples_per_step", "max_turns", "eval_at", "eval_n", "eval_seed", "lr")},
+        **{k: getattr(args, k) for k in ("beta", "temperature", "replay")},
+    }  # fmt: skip
+    results_name = args.name or f"personalization-{Path(name).name}"
     if name == "tiny" or name == "smollm2":  # bootstrap or fetch once, before any timed run
         from claw_train.policy.loader import resolve_model
 
@@ -221,16 +251,26 @@ def main() -> None:
         args.model = str(path) if name == "tiny" else name  # tiny: its conversation bootstrap
     points = [u for u in sorted(set(args.eval_at) | {0}) if u <= args.updates]
     report = {}
+    extras: dict[str, dict] = {"targets": {}, "gap_closed": {}, "wall_s": {}}
     for persona in args.personas:
         results = {method: [run_one(args, persona, method, seed) for seed in args.seeds] for method in args.methods}
         table = aggregate(results, points)
         print_table(persona, table, points, args, name)
         seeds = f"{len(args.seeds)} seed{'s' * (len(args.seeds) > 1)}"
         title = f"claw · {persona} persona · {name} model · {seeds} · cpus={os.cpu_count()}"
-        plot(table, points, args.out / f"personalization-{persona}.png", title, args.samples_per_step)
+        png = args.out / f"personalization-{persona}.png"
+        plot(table, points, png, title, args.samples_per_step)
+        args.results.mkdir(parents=True, exist_ok=True)
+        one = len(args.personas) == 1
+        shutil.copyfile(png, args.results / (f"{results_name}.png" if one else f"{results_name}-{persona}.png"))
         report[persona] = {m: {str(u): v for u, v in rows.items()} for m, rows in table.items()}
+        checks = check_targets(table, name)
+        extras["targets"][persona] = [{"target": t, "met": ok, "detail": d} for t, ok, d in checks]
+        extras["gap_closed"][persona] = gap_closed(table)
+        extras["wall_s"][persona] = {m: [r.get("wall_time") for r in runs] for m, runs in results.items()}
     (args.out / "personalization.json").write_text(json.dumps(report, indent=2))
     print(f"\nwrote the PNGs and {args.out / 'personalization.json'}")
+    record.write(results_name, {**report, "settings": settings, **extras}, folder=args.results)
 
 
 def updates_of(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, int]:

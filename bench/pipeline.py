@@ -7,7 +7,13 @@ overlapping loops and once with ``--sync`` (roll out, then judge, then train), e
 Prints both wall times (the pipeline's own, from ``summary.json``: start-up and imports excluded) and
 ``sync / async`` (how many times faster the asynchronous pipeline is).
 
-Run: ``.venv/bin/python bench/pipeline.py [--updates 4] [--delay 0.5] [--judge-slots 8] [--model tiny]``
+Writes ``bench/results/pipeline.json`` (``--results DIR``, ``--name NAME`` to write elsewhere): ``settings`` (the
+options), ``runs.<async|sync>`` (``wall_s``, ``updates``, ``judge_requests``, ``trained``, ``stale_dropped``) and
+``sync_over_async`` (the speed-up).
+
+Run: ``.venv/bin/python bench/pipeline.py [--updates 4] [--delay 0.5] [--judge-slots 8] [--model tiny]`` (about
+3 minutes at the defaults on 2 cores, start-ups included; ``--updates 1 --votes 1 --max-new-tokens 16`` for a smoke
+run).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import record
 
 HINT = "[HINT_START]Write it in one or two casual sentences, with no bold, headers or step lists.[HINT_END]"
 CLAW_TRAIN = str(Path(sys.executable).parent / "claw-train")
@@ -86,14 +94,17 @@ def main() -> None:
     parser.add_argument("--judge-slots", type=int, default=8, help="requests the judge serves at once")
     parser.add_argument("--votes", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=160)
+    record.options(parser, "pipeline")
     args = parser.parse_args()
+    options = ("env", "model", "updates", "delay", "judge_slots", "votes", "max_new_tokens")
+    settings = {k: getattr(args, k) for k in options}
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.model == "tiny":  # build/bootstrap once, outside the timed runs
         from claw_train.policy.loader import resolve_model
 
         args.model = resolve_model("tiny", family=args.env, progress=True)
     server, judge, served = judge_server(args.delay, args.judge_slots)
-    rows = {}
+    rows, runs = {}, {}
     try:
         with tempfile.TemporaryDirectory(prefix="claw-bench-") as tmp:
             for sync in (False, True):
@@ -102,6 +113,13 @@ def main() -> None:
                 summary = one_run(args, judge, sync=sync, out=Path(tmp) / name)
                 trainer = summary["counters"].get("trainer", {})
                 rows[name] = summary["wall_time"]
+                runs[name] = {
+                    "wall_s": summary["wall_time"],
+                    "updates": summary["updates"],
+                    "judge_requests": served["requests"] - before,
+                    "trained": trainer.get("trained", 0),
+                    "stale_dropped": trainer.get("stale_dropped", 0),
+                }
                 print(
                     f"{name:>5}: {summary['wall_time']:7.1f} s for {summary['updates']} updates   "
                     f"judge requests {served['requests'] - before}   trained {trainer.get('trained', 0)}   "
@@ -115,6 +133,8 @@ def main() -> None:
         f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}\n"
         f"sync / async = {rows['sync'] / rows['async']:.2f}"
     )
+    values = {"settings": settings, "runs": runs, "sync_over_async": rows["sync"] / rows["async"]}
+    record.write(args.name, values, folder=args.results)
 
 
 if __name__ == "__main__":

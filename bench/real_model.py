@@ -12,14 +12,19 @@ same batch and against the bound the machine's measured matmul rate sets.
   activations only: the frozen weights get no gradient).
 
 Each figure is measured in this run, at one thread count for both sides (``--threads``, default: all cores).
-Prints a table and writes ``--out`` (JSON). Run: ``.venv/bin/python bench/real_model.py [--model smollm2]``
+Prints a table and writes ``bench/results/real-model-throughput.json`` (``--results DIR``, ``--name NAME`` to write
+elsewhere): ``model``, ``parameters``, ``threads``, ``repeats``, ``temperature``, ``matmul_flops`` and
+``matmul_gflop_s``, ``batch``, ``new_tokens``, ``trained_tokens``, and ``generation`` and ``training`` (each
+``ours_tok_s``, ``bare_tok_s``, ``bound_tok_s``, ``ours_over_bare``, ``ours_over_bound``, ``bare_over_bound``).
+
+Run: ``.venv/bin/python bench/real_model.py [--model smollm2]`` (a few minutes with smollm2 on 2 cores; ``--batch 2
+--new-tokens 8 --repeats 1`` for a smoke run)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -27,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import record
 
 
 def matmul_rate(size: int = 1024, repeats: int = 20) -> float:
@@ -168,7 +175,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each side (the median is reported)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--out", type=Path, default=Path("bench/results/real-model-throughput.json"))
+    record.options(parser, "real-model-throughput")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -209,19 +216,23 @@ def main() -> None:
         "generation": {"ours_tok_s": ours_rate, "bare_tok_s": bare_rate, "bound_tok_s": gen_bound},
         "training": {"ours_tok_s": trained / ours_t, "bare_tok_s": trained / bare_t, "bound_tok_s": train_bound},
     }
+    for r in rows.values():
+        ours, bare, bound = r["ours_tok_s"], r["bare_tok_s"], r["bound_tok_s"]
+        r |= {"ours_over_bare": ours / bare, "ours_over_bound": ours / bound, "bare_over_bound": bare / bound}
     print(f"{args.model}: {params / 1e6:.0f}M parameters, {args.threads} threads, matmul {rate / 1e9:.1f} GFLOP/s")
     print(f"batch {len(batch)}: up to {new} new tokens each; training on {trained} tokens (prompts and completions)")
     print(f"{'':>12} {'ours tok/s':>11} {'bare tok/s':>11} {'ours/bare':>10} {'ours/bound':>11} {'bare/bound':>11}")
     for name, r in rows.items():
-        ours, bare, bound = r["ours_tok_s"], r["bare_tok_s"], r["bound_tok_s"]
-        print(f"{name:>12} {ours:11.1f} {bare:11.1f} {ours / bare:10.2f} {ours / bound:11.1%} {bare / bound:11.1%}")
+        print(
+            f"{name:>12} {r['ours_tok_s']:11.1f} {r['bare_tok_s']:11.1f} {r['ours_over_bare']:10.2f} "
+            f"{r['ours_over_bound']:11.1%} {r['bare_over_bound']:11.1%}"
+        )
     report = {
-        "model": args.model, "parameters": params, "threads": args.threads, "matmul_flops": rate,
-        "batch": len(batch), "new_tokens": new, "trained_tokens": trained, **rows,
+        "model": args.model, "parameters": params, "threads": args.threads, "repeats": args.repeats,
+        "temperature": temperature, "matmul_flops": rate, "matmul_gflop_s": rate / 1e9, "batch": len(batch),
+        "new_tokens": new, "trained_tokens": trained, **rows,
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
+    record.write(args.name, report, folder=args.results)
 
 
 if __name__ == "__main__":

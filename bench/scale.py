@@ -6,8 +6,14 @@ plays ``N x --episodes`` episodes with at most N in flight, after one warm-up ep
 not rollout throughput). ``vs linear`` is the N-actor throughput over N times the 1-actor throughput; ``vs ideal``
 over N steps per ``--delay`` (no overhead at all).
 
+Writes ``bench/results/scale.json`` (``--results DIR``, ``--name NAME`` to write elsewhere): ``settings`` (the
+options), ``ideal_steps_s`` (one actor with no overhead) and ``actors.<N>`` per actor count (``seconds``,
+``steps_s``, ``speedup`` over the first count's per-actor rate, ``vs_linear``, ``vs_ideal``), e.g.
+``actors.8.vs_linear``.
+
 Run: ``.venv/bin/python bench/scale.py [--actors 1,2,4,8] [--delay 0.1] [--turns 5] [--episodes 4]
-[--ray-address HOST:PORT]`` (without an address, a local Ray starts for the run)
+[--ray-address HOST:PORT]`` (without an address, a local Ray starts for the run; about a minute at the defaults,
+most of it Ray's and the actors' start-up; ``--actors 1,2 --episodes 1 --turns 2`` for a smoke run)
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import record
 
 ENV_ID = "benchscale/IOBound-v0"
 
@@ -78,6 +85,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5, help="steps per episode")
     parser.add_argument("--episodes", type=int, default=4, help="timed episodes per actor")
     parser.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting one")
+    record.options(parser, "scale")
     args = parser.parse_args()
     counts = [int(n) for n in args.actors.split(",")]
 
@@ -94,12 +102,22 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; one actor at best: {ideal:.1f} steps/s")
     print(f"{'actors':>6}  {'seconds':>8}  {'steps/s':>8}  {'speed-up':>8}  {'vs linear':>9}  {'vs ideal':>8}")
     base = None
+    actors = {}
     for n in counts:
         seconds, rate = asyncio.run(throughput(n, args.episodes, args.delay, args.turns))
         base = base or rate / counts[0]
         row = f"{n:>6}  {seconds:>8.2f}  {rate:>8.1f}  {rate / base:>7.2f}x  {rate / (n * base):>9.2f}"
         print(f"{row}  {rate / (n * ideal):>8.2f}")
+        actors[str(n)] = {
+            "seconds": seconds,
+            "steps_s": rate,
+            "speedup": rate / base,
+            "vs_linear": rate / (n * base),
+            "vs_ideal": rate / (n * ideal),
+        }
     ray.shutdown()
+    settings = {"delay": args.delay, "turns": args.turns, "episodes": args.episodes, "ray_address": args.ray_address}
+    record.write(args.name, {"settings": settings, "ideal_steps_s": ideal, "actors": actors}, folder=args.results)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,22 @@ replies that keep all three preferences. It stops when that share reaches ``--ta
 versions, and prints: corrected turns until the target, the compliance of each version, and the latency of main
 turns before the first update and while training (p50 / p95).
 
-Run: ``.venv/bin/python bench/serve_correction.py [--model smollm2] [--updates 8]`` (writes ``--out``, JSON)
+Writes ``bench/results/serve-correction.json`` (``--results DIR``, ``--name NAME`` to write elsewhere): ``model``,
+``sessions``, ``turns_per_session``, ``target``, ``updates``, ``max_seconds``, ``reached_at_version`` (null if
+never) and ``corrected_at_target``, ``seconds`` (from the server up to the end), ``versions.<N>``
+(``corrected_turns``, ``thanked_turns``, ``compliance``, ``example``, ``time_s``), ``latency.<before|training>``
+(``p50``, ``p95`` in seconds, ``n``), ``latency_ratio`` (training / before: ``p50``, ``p95``; null unless both
+were measured), ``run_dir`` and ``cpus``.
+
+Run: ``.venv/bin/python bench/serve_correction.py [--model smollm2] [--updates 8]`` (10 minutes or more with
+smollm2 on 2 cores; ``--max-seconds`` bounds it; ``--model tiny --sessions 2 --turns 1 --updates 1
+--max-seconds 60`` for a smoke run)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import statistics
@@ -31,6 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import record
 
 from claw_envs.conversation.score import CHECKS, context
 
@@ -197,7 +207,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=8, help="stop after this many policy versions")
     parser.add_argument("--target", type=float, default=0.8, help="share of held-out replies that keep the style")
     parser.add_argument("--max-seconds", type=float, default=3600)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/serve-correction.json"))
+    record.options(parser, "serve-correction")
     parser.add_argument("extra", nargs="*", help="more claw-serve options (after --)")
     args = parser.parse_args()
     from claw_train.presets import preset
@@ -229,13 +239,14 @@ def main() -> None:
         global START
         START = time.monotonic()
         tally = asyncio.run(drive(url, args, temperature))
+        seconds = time.monotonic() - START
     finally:
         server.terminate()
         server.wait(120)
-    report(tally, args, run_dir)
+    report(tally, args, run_dir, seconds)
 
 
-def report(tally: Tally, args: argparse.Namespace, run_dir: Path) -> None:
+def report(tally: Tally, args: argparse.Namespace, run_dir: Path, seconds: float) -> None:
     reached = next((v for v in sorted(tally.versions) if tally.versions[v]["compliance"] >= args.target), None)
     print(f"\n{'version':>8} {'corrected':>10} {'thanked':>8} {'compliance':>11} {'time':>8}")
     for v in sorted(tally.versions):
@@ -252,13 +263,17 @@ def report(tally: Tally, args: argparse.Namespace, run_dir: Path) -> None:
         print(f"target not reached: no version had {args.target:.0%} of held-out replies keeping the style")
     else:
         print(f"target reached at v{reached}: {tally.versions[reached]['corrected_turns']} corrected turns")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    both = "before" in lat and "training" in lat
+    ratio = {q: lat["training"][q] / lat["before"][q] for q in ("p50", "p95")} if both else None
+    if ratio:
+        print(f"main-turn latency while training / before: p50 {ratio['p50']:.1f}x, p95 {ratio['p95']:.1f}x")
+    record.write(args.name, {
         "model": args.model, "sessions": args.sessions, "turns_per_session": args.turns, "target": args.target,
-        "reached_at_version": reached, "versions": tally.versions, "latency": lat, "run_dir": str(run_dir),
-        "cpus": os.cpu_count(),
-    }, indent=2))  # fmt: skip
-    print(f"wrote {args.out}")
+        "updates": args.updates, "max_seconds": args.max_seconds, "reached_at_version": reached,
+        "corrected_at_target": None if reached is None else tally.versions[reached]["corrected_turns"],
+        "seconds": seconds, "versions": {str(v): r for v, r in sorted(tally.versions.items())}, "latency": lat,
+        "latency_ratio": ratio, "run_dir": str(run_dir), "cpus": os.cpu_count(),
+    }, folder=args.results)  # fmt: skip
 
 
 if __name__ == "__main__":

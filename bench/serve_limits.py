@@ -5,7 +5,13 @@ tests/security/test_serve_security.py checks what these figures stand for withou
 cut off (never read whole), and ``/healthz`` is asked and answered while a slow upload is under way. This script
 measures the README's figures with the test's own helpers, against the tiny model's server in this process.
 
-Run: ``.venv/bin/python bench/serve_limits.py [--repeats N]``
+Writes ``bench/results/serve-limits.json`` (``--results DIR``, ``--name NAME`` to write elsewhere): ``repeats``,
+``idle`` (``/healthz`` on an idle server: ``p50_ms``, ``worst_ms``, ``n``), ``upload_50mb.<content_length|chunked>``
+(``median_ms`` to the 413, ``ratio`` to the idle p50, ``n``) and ``slow_upload`` (``answered_s``: its 413 after;
+``/healthz`` meanwhile: ``p50_ms``, ``ratio`` to the idle p50, ``worst_ms``, ``n``).
+
+Run: ``.venv/bin/python bench/serve_limits.py [--repeats N]`` (under a minute at the default 5; ``--repeats 1`` for
+a smoke run).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -34,13 +42,17 @@ def probe_seconds(port: int, seconds: float) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="50 MB uploads of each kind")
+    record.options(parser, "serve-limits")
     args = parser.parse_args()
+    values: dict[str, object] = {"repeats": args.repeats}
     server = make_server(str(bootstrap("conversation", steps=2)), Path(tempfile.mkdtemp()) / "run")
     try:
         time.sleep(2.0)  # the trainer thread builds its model at start
         idle = probe_seconds(server.port, 2.0)
         p50, worst = statistics.median(idle), max(idle)
         print(f"/healthz idle: p50 {p50 * 1000:.2f} ms, worst {worst * 1000:.2f} ms of {len(idle)}")
+        values["idle"] = {"p50_ms": p50 * 1000, "worst_ms": worst * 1000, "n": len(idle)}
+        values["upload_50mb"] = uploads = {}
         body = big_body(50_000_000)
         for chunked in (False, True):
             times = []
@@ -51,6 +63,8 @@ def main() -> None:
             how, median = "chunked" if chunked else "Content-Length", statistics.median(times)
             said = f"413 after {median * 1000:.1f} ms (median of {len(times)}), {median / p50:.1f}x idle /healthz"
             print(f"50 MB ({how}): {said}")
+            key = "chunked" if chunked else "content_length"
+            uploads[key] = {"median_ms": median * 1000, "ratio": median / p50, "n": len(times)}
         slow = big_body(16_000_000)
         probe = HealthProbe(server.port)
         upload = raw_post(server.port, slow, chunked=True, piece=1 << 16, pause=0.01)
@@ -60,8 +74,16 @@ def main() -> None:
             f"p50 {statistics.median(during) * 1000:.2f} ms ({statistics.median(during) / p50:.1f}x idle), "
             f"worst {max(during) * 1000:.2f} ms (idle: {worst * 1000:.2f} ms) of {len(during)}"
         )
+        values["slow_upload"] = {
+            "answered_s": upload.answered - upload.started,
+            "p50_ms": statistics.median(during) * 1000,
+            "ratio": statistics.median(during) / p50,
+            "worst_ms": max(during) * 1000,
+            "n": len(during),
+        }
     finally:
         server.stop()
+    record.write(args.name, values, folder=args.results)
 
 
 if __name__ == "__main__":

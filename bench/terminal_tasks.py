@@ -7,8 +7,14 @@ the local backend skipped or substituted), **refused** (this machine lacks what 
 or **failed** (the oracle does not solve it here, or doing nothing does: see why, and read the task to tell a
 task broken upstream from an environment that lacks something).
 
+Writes ``bench/results/terminal-tasks.json`` (``--results DIR``, ``--name NAME`` to write elsewhere; ``--out FILE``
+also writes the same values there): ``tasks_dir``, ``task_folders``, ``solved``, ``seconds``, ``counts``
+(``pass``, ``approximate``, ``refused``, ``failed``) and ``tasks`` (``task``, ``verdict``, ``seconds``, ``why``, one
+per task folder).
+
 Run: ``.venv/bin/python bench/terminal_tasks.py [--tasks DIR] [--out FILE]`` (the first run builds the tasks'
-virtualenvs from PyPI; they are cached).
+virtualenvs from PyPI; they are cached; then a few minutes for the fixtures on 2 cores; a smoke run: ``--tasks``
+a folder holding one task folder, e.g. a copy of ``evoeval/0``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import asyncio
 import json
 import time
 from pathlib import Path
+
+import record
 
 from claw_envs.check import TaskCheck, check_env
 from claw_envs.terminal import TerminalEnv
@@ -39,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=Path, default=FIXTURES, help="A folder of task folders (or datasets).")
     parser.add_argument("--out", type=Path, help="Also write the verdicts as JSON here.")
+    record.options(parser, "terminal-tasks")
     args = parser.parse_args()
     env = TerminalEnv(tasks=str(args.tasks), split="test")
     started = time.monotonic()
@@ -53,13 +62,25 @@ def main() -> None:
     kinds = ("pass", "approximate", "refused", "failed")
     counts = {kind: sum(row["verdict"] == kind for row in rows) for kind in kinds}
     solved = counts["pass"] + counts["approximate"]
+    seconds = time.monotonic() - started
     print(
-        f"\n{len(rows)} task folders in {time.monotonic() - started:.0f} s: {solved} solved by their oracle "
+        f"\n{len(rows)} task folders in {seconds:.0f} s: {solved} solved by their oracle "
         f"({counts['pass']} pass, {counts['approximate']} approximate), {counts['refused']} refused, "
         f"{counts['failed']} failed"
     )
+    tasks_dir = args.tasks.resolve()
+    where = str(tasks_dir.relative_to(record.ROOT) if tasks_dir.is_relative_to(record.ROOT) else tasks_dir)
+    values = {
+        "tasks_dir": where,
+        "task_folders": len(rows),
+        "solved": solved,
+        "seconds": seconds,
+        "counts": counts,
+        "tasks": rows,
+    }
+    record.write(args.name, values, folder=args.results)
     if args.out:
-        args.out.write_text(json.dumps({"counts": counts, "tasks": rows}, indent=1) + "\n")
+        args.out.write_text(json.dumps(values, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,13 @@ search in Chromium, and whether an open page slows a training run.
 First paint: from navigation to the run's header and the score chart drawn. Filtered search: from typing into the
 text filter (with version and hint filters set) to the match count updating, the page's 250 ms debounce included.
 These are the README's figures; tests/test_view_scale.py checks that what the page fetches does not grow with the run.
+
+Writes bench/results/view.json (--results DIR, --name NAME to write elsewhere): turns, repeats, log_mb, write_s,
+index_s, first_paint_s and search_s (each median and max), matches (the search's counts), and with --train: train
+(updates, without_page_s and with_page_s: the runs' seconds, ratio: with / without, medians).
+
+Takes a few minutes at the defaults (writing the folder and indexing it most of it), --train about 5 more;
+--turns 2000 --repeats 1 for a smoke run.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import record
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -61,7 +71,7 @@ def filtered_search(page, url: str, text: str) -> tuple[float, str]:
     return time.perf_counter() - start, page.locator("#match-count").inner_text()
 
 
-def page_figures(turns: int, repeats: int) -> dict[str, object]:
+def page_figures(turns: int, repeats: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,16 +98,29 @@ def page_figures(turns: int, repeats: int) -> dict[str, object]:
             proc.wait(30)
     return {
         "turns": turns,
-        "log MB": round(size),
-        "write s": round(written, 1),
-        "index s": round(indexed, 1),
-        "first paint s (median, max)": (round(statistics.median(paints), 2), round(max(paints), 2)),
-        "filtered search s (median, max)": (
-            round(statistics.median(s for s, _ in searches), 2),
-            round(max(s for s, _ in searches), 2),
-        ),
+        "repeats": repeats,
+        "log_mb": size,
+        "write_s": written,
+        "index_s": indexed,
+        "first_paint_s": {"median": statistics.median(paints), "max": max(paints)},
+        "search_s": {"median": statistics.median(s for s, _ in searches), "max": max(s for s, _ in searches)},
         "matches": [m for _, m in searches],
     }
+
+
+def print_page_figures(values: dict[str, Any]) -> None:
+    """The page figures as a table (rounded)."""
+    paint, search = values["first_paint_s"], values["search_s"]
+    for key, value in (
+        ("turns", values["turns"]),
+        ("log MB", round(values["log_mb"])),
+        ("write s", round(values["write_s"], 1)),
+        ("index s", round(values["index_s"], 1)),
+        ("first paint s (median, max)", (round(paint["median"], 2), round(paint["max"], 2))),
+        ("filtered search s (median, max)", (round(search["median"], 2), round(search["max"], 2))),
+        ("matches", values["matches"]),
+    ):
+        print(f"{key:32} {value}")
 
 
 def train_once(out: Path, with_view: bool, updates: int) -> float:
@@ -137,9 +160,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train", action="store_true", help="also time claw-train with and without the page open")
     parser.add_argument("--updates", type=int, default=8)
+    record.options(parser, "view")
     args = parser.parse_args()
-    for key, value in page_figures(args.turns, args.repeats).items():
-        print(f"{key:32} {value}")
+    values = page_figures(args.turns, args.repeats)
+    print_page_figures(values)
     if args.train:
         with tempfile.TemporaryDirectory() as tmp:
             times: dict[bool, list[float]] = {False: [], True: []}
@@ -151,6 +175,9 @@ def main() -> None:
             print(f"{'claw-train, no page s':32} {[round(t, 1) for t in times[False]]}")
             print(f"{'claw-train, page open s':32} {[round(t, 1) for t in times[True]]}")
             print(f"{'with page / without (median)':32} {viewed / plain:.3f}")
+            train = {"without_page_s": times[False], "with_page_s": times[True], "ratio": viewed / plain}
+            values["train"] = {"updates": args.updates, **train}
+    record.write(args.name, values, folder=args.results)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""``make demo`` as a measurement: the Makefile's own ``claw-train`` command, timed, its held-out curve recorded.
+
+The command is read from the Makefile's target (``demo`` or ``demo-real``), so what is measured is what a user
+runs; only ``--output-dir`` is replaced by a folder of the bench's. ``--cold`` points the tiny model's cache at an
+empty folder first, so the time includes building the model (the first run); without it the cache is used as
+``make demo`` would use it.
+
+Writes ``bench/results/<target>[-cold].json`` (``--name``, ``--results``): ``seconds`` (the whole command),
+``evals`` (each evaluation as the run recorded it: update, score, valid, correct…), ``first`` / ``last`` (the first
+and the last evaluation), ``judge_positive_rate``, ``samples_trained`` and the run's ``status``.
+
+Run: ``.venv/bin/python bench/demo.py [--target demo|demo-real] [--cold]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import record
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def makefile_command(target: str) -> list[str]:
+    """The ``claw-train`` command of ``target``'s recipe in the Makefile, without its ``--output-dir``."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    match = re.search(rf"^{re.escape(target)}:[^\n]*\n\t(?P<recipe>[^\n]*)", text, re.M)
+    if match is None:
+        raise SystemExit(f"the Makefile has no target {target!r}")
+    argv = shlex.split(match["recipe"].replace("$(VENV)/bin/", str(Path(sys.executable).parent) + "/"))
+    if "--output-dir" in argv:
+        i = argv.index("--output-dir")
+        del argv[i : i + 2]
+    return argv
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="demo", choices=["demo", "demo-real"])
+    parser.add_argument("--cold", action="store_true", help="an empty tiny-model cache: the first run's time")
+    record.options(parser, None)
+    args = parser.parse_args()
+    argv = makefile_command(args.target)
+    with tempfile.TemporaryDirectory(prefix="claw-bench-demo-") as tmp:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        if args.cold:
+            env["CLAW_TINY_CACHE"] = str(Path(tmp) / "tiny-cache")
+        out = Path(tmp) / "run"
+        print("running:", shlex.join([*argv, "--output-dir", str(out)]), flush=True)
+        started = time.monotonic()
+        subprocess.run([*argv, "--output-dir", str(out), "--no-display"], env=env, check=True)
+        seconds = time.monotonic() - started
+        summary = json.loads((out / "summary.json").read_text())
+    evals = summary["evals"]
+    values = {
+        "target": args.target,
+        "cold_cache": args.cold,
+        "seconds": round(seconds, 1),
+        "status": summary["status"],
+        "evals": evals,
+        "first": evals[0] if evals else None,
+        "last": evals[-1] if evals else None,
+        "judge_positive_rate": summary.get("judge_positive_rate"),
+        "samples_trained": summary.get("samples_trained"),
+    }
+    record.write(args.name or f"{args.target}{'-cold' if args.cold else ''}", values, folder=args.results)
+
+
+if __name__ == "__main__":
+    main()
