@@ -9,12 +9,14 @@ A figure is written as a Markdown link whose text starts with the number as show
   (``#L2-L5``: on one of those lines);
 * ``[10.3](https://…)`` — a figure from elsewhere (a paper, a model card): its source.
 
-The shown number must equal the file's value to the decimals shown. Any other number that reads as a measurement
+The shown number must equal the file's value to the decimals shown. A new figure may be written with a placeholder
+for its number, ``[?.??×](bench/results/envs.json#rows.sandbox_true.ratio)``: ``--fill`` writes the file's value
+there at the decimals the question marks ask for (placeholders only: a number already shown is never rewritten). Any other number that reads as a measurement
 (a decimal, or a number with a unit of time, size, speed, a percentage or a ratio) outside code is an unsourced
 figure; settings are written as code (`` `--lr 2e-4` ``, `` `disk_mb=256` ``). Paths are relative to the page.
 
 Run: ``.venv/bin/python bench/figures.py [FILE ...]`` (default: README.md and docs/) lists every problem and exits 1
-if there is one; ``--list`` prints each figure with its value. ``tests/test_figures.py`` runs the same check.
+if there is one; ``--list`` prints each figure with its value; ``--fill`` fills the placeholders first. ``tests/test_figures.py`` runs the same check.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^()\s]*(?:\([^()\s]*\))?[^()\s]*)\)")
 NUMBER = re.compile(r"[−-]?\d[\d,]*(?:\.\d+)?")
+PLACEHOLDER = re.compile(r"\?(?:\.\?+)?")
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
@@ -95,6 +98,9 @@ def scan(page: Path) -> tuple[list[Figure], list[Problem]]:
         image, label, target = match.groups()
         line = text.count("\n", 0, match.start()) + 1
         if image or not _is_source(target):
+            continue
+        if PLACEHOLDER.search(label) and not NUMBER.search(label):
+            problems.append(Problem(page, line, f"a placeholder for {target}: run bench/figures.py --fill"))
             continue
         shown = NUMBER.search(label)
         if shown is None:
@@ -203,6 +209,28 @@ def _verify(figure: Figure) -> Problem | None:
     return None
 
 
+def fill(page: Path) -> int:
+    """Write each placeholder's value from its file into ``page``; returns how many were filled."""
+    text, filled = page.read_text(), 0
+
+    def one(match: re.Match[str]) -> str:
+        nonlocal filled
+        image, label, target = match.groups()
+        hole = PLACEHOLDER.search(label)
+        if image or not _is_source(target) or hole is None or NUMBER.search(label):
+            return match.group(0)
+        if ".json#" not in target:
+            raise ValueError(f"{page}: a placeholder is filled from a JSON file's key, not from {target}")
+        decimals = len(hole.group(0).partition(".")[2])
+        value = float(value_of(Figure(page, 0, "0", target)) or 0)
+        filled += 1
+        number = f"{value:,.{decimals}f}" if abs(value) >= 10_000 else f"{value:.{decimals}f}"
+        return f"[{label[: hole.start()]}{number}{label[hole.end() :]}]({target})"
+
+    page.write_text(LINK.sub(one, text))
+    return filled
+
+
 def mutants(figure: Figure) -> Iterator[str]:
     """``figure``'s number with its last digit changed (each such edit must fail the check)."""
     shown = figure.shown
@@ -214,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md and docs/)")
     parser.add_argument("--list", action="store_true", help="print every figure and its source")
+    parser.add_argument("--fill", action="store_true", help="write each placeholder's value from its file first")
     args = parser.parse_args(argv)
+    if args.fill:
+        for page in pages(args.files):
+            if count := fill(page):
+                print(f"{page.relative_to(ROOT)}: {count} placeholders filled")
     figures, problems = check(args.files)
     if args.list:
         print("\n".join(map(str, figures)))
