@@ -11,12 +11,17 @@ A figure is written as a Markdown link whose text starts with the number as show
 
 The shown number must equal the file's value to the decimals shown. A new figure may be written with a placeholder
 for its number, ``[?.??×](bench/results/envs.json#rows.sandbox_true.ratio)``: ``--fill`` writes the file's value
-there at the decimals the question marks ask for (placeholders only: a number already shown is never rewritten). Any other number that reads as a measurement
-(a decimal, or a number with a unit of time, size, speed, a percentage or a ratio) outside code is an unsourced
-figure; settings are written as code (`` `--lr 2e-4` ``, `` `disk_mb=256` ``). Paths are relative to the page.
+there at the decimals the question marks ask for (placeholders only: a number already shown is never rewritten).
+
+Any other number that reads as a measurement (a decimal, or a number with a unit of time, size, speed, a percentage
+or a ratio) outside code is an unsourced figure. Settings are written as code (`` `--lr 2e-4` ``,
+`` `disk_mb=256` ``); a worked example (numbers an example computes, checked by a test) stands between
+``<!-- no figures: why -->`` and ``<!-- /no figures -->``. A link whose text holds no number is a plain link. Paths
+are relative to the page.
 
 Run: ``.venv/bin/python bench/figures.py [FILE ...]`` (default: README.md and docs/) lists every problem and exits 1
-if there is one; ``--list`` prints each figure with its value; ``--fill`` fills the placeholders first. ``tests/test_figures.py`` runs the same check.
+if there is one; ``--list`` prints each figure with its value; ``--fill`` fills the placeholders first.
+``tests/test_figures.py`` runs the same check.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ PLACEHOLDER = re.compile(r"\?(?:\.\?+)?")
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
+EXEMPT = re.compile(r"<!-- no figures: [^>]*\S[^>]*-->.*?<!-- /no figures -->", re.S)
 UNIT = r"(?:%|×|x(?=[\s,;:)/]|$)|\s?(?:ms|s|min|h|GB|MB|kB|KiB|MiB|GiB|tok/s|tokens/s|steps/s|episodes/s|GFLOP/s)\b)"
 FIGURE = re.compile(rf"(?<![\w.\-/+#@=~])(?:\d[\d,]*\.\d+(?![.\d]){UNIT}?|\d[\d,]*{UNIT})(?![\w-])")
 LINES = re.compile(r"L(\d+)(?:-L?(\d+))?")
@@ -85,7 +91,7 @@ def _blank(match: re.Match[str]) -> str:
 
 def prose(text: str) -> str:
     """``text`` with code blocks, code spans and comments blanked: what is left is read as prose."""
-    for pattern in (FENCE, COMMENT, CODE):
+    for pattern in (FENCE, EXEMPT, COMMENT, CODE):
         text = pattern.sub(_blank, text)
     return text
 
@@ -99,15 +105,13 @@ def scan(page: Path) -> tuple[list[Figure], list[Problem]]:
         line = text.count("\n", 0, match.start()) + 1
         if image or not _is_source(target):
             continue
-        if PLACEHOLDER.search(label) and not NUMBER.search(label):
-            problems.append(Problem(page, line, f"a placeholder for {target}: run bench/figures.py --fill"))
-            continue
         shown = NUMBER.search(label)
         if shown is None:
-            problems.append(Problem(page, line, f"a link to {target} whose text {label!r} shows no number"))
+            if PLACEHOLDER.search(label):
+                problems.append(Problem(page, line, f"a placeholder for {target}: run bench/figures.py --fill"))
             continue
         figures.append(Figure(page, line, shown.group(0), target))
-    bare = LINK.sub(lambda m: _blank(m) if m.group(1) or _is_source(m.group(3)) else m.group(2), text)
+    bare = LINK.sub(lambda m: _blank(m) if m.group(1) or _cites(m) else m.group(2), text)
     for match in FIGURE.finditer(bare):
         context = bare[max(0, match.start() - 40) : match.end() + 40]
         if any(phrase in context for phrase in ALLOWED):
@@ -115,6 +119,11 @@ def scan(page: Path) -> tuple[list[Figure], list[Problem]]:
         line = bare.count("\n", 0, match.start()) + 1
         problems.append(Problem(page, line, f"unsourced figure {match.group(0).strip()!r}: link it to its file"))
     return figures, problems
+
+
+def _cites(link: re.Match[str]) -> bool:
+    """Whether a link cites a figure: its target is a source and its text holds a number (or a placeholder)."""
+    return _is_source(link.group(3)) and bool(NUMBER.search(link.group(2)) or PLACEHOLDER.search(link.group(2)))
 
 
 def _is_source(target: str) -> bool:
