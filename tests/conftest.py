@@ -13,6 +13,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs workers side by si
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("CLAW_POLICY_THREADS", "1")
 
+pytest_plugins = ["ci_skips"]  # ci_skips: under CI=true an unlisted skip fails the run
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

@@ -17,7 +17,7 @@ from test_judges_prompts import HAND_BUILT  # next states as each family sends t
 
 from claw_envs import Evaluative, JudgeTemplates, NextState
 from judges import PRMJudge, make_backend, make_judge
-from judges.backends import BackendError, CircuitBreaker, OpenAIBackend, PolicyBackend
+from judges.backends import BackendError, CircuitBreaker, OpenAIBackend, PolicyBackend, base
 from judges.backends.openai import normalize_base_url
 
 STEP = NextState(
@@ -126,6 +126,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def all_at_once(parties: int, script: Callable[[dict, int], Reply]) -> Callable[[dict, int], Reply]:
+    """``script`` whose replies wait until ``parties`` requests are in the server together (at most 10 s): a loaded
+    machine that sends them slowly cannot make concurrent requests look sequential."""
+    barrier = threading.Barrier(parties, timeout=10)
+
+    def together(body: dict, n: int) -> Reply:
+        barrier.wait()
+        return script(body, n)
+
+    return together
+
+
 def fast_backend(url: str, **kw) -> OpenAIBackend:
     options = {"timeout": 2.0, "retries": 2, "backoff": 0.01, "failure_threshold": 50, "reset_after": 0.2}
     return OpenAIBackend(url, model="judge-model", api_key="sk-test", **{**options, **kw})
@@ -133,8 +145,8 @@ def fast_backend(url: str, **kw) -> OpenAIBackend:
 
 async def test_scripted_votes_reach_the_server_concurrently_and_are_counted(server):
     answers = ["fine \\boxed{1}", "meh \\boxed{-1}", "good \\boxed{1}"]
-    server.script = lambda body, n: Reply(answers[n % 3], delay=0.2)
-    backend = fast_backend(server.url)
+    server.script = all_at_once(3, lambda body, n: Reply(answers[n % 3], delay=0.2))
+    backend = fast_backend(server.url, timeout=30.0)
     judgement = await PRMJudge(backend, "prm_generic", votes=3).score("hi", STEP)
     assert judgement.available and judgement.score == 1.0
     assert sorted(v.score for v in judgement.votes) == [-1, 1, 1]
@@ -191,10 +203,11 @@ async def test_slow_server_times_out_per_call_and_the_judge_returns_in_time(serv
 
 
 async def test_judge_deadline_cuts_off_votes_still_running(server):
-    server.script = lambda body, n: Reply("\\boxed{1}", delay=0.05 if n == 0 else 3.0)
-    backend = fast_backend(server.url, timeout=10.0, retries=0)
-    async with asyncio.timeout(2.5):
-        judgement = await PRMJudge(backend, "prm_generic", votes=3, deadline=0.5).score("hi", STEP)
+    # the deadline leaves a loaded machine time for the immediate answer (0.5 s did not: it flipped under load)
+    server.script = lambda body, n: Reply("\\boxed{1}", delay=0.0 if n == 0 else 60.0)
+    backend = fast_backend(server.url, timeout=120.0, retries=0)
+    async with asyncio.timeout(30):
+        judgement = await PRMJudge(backend, "prm_generic", votes=3, deadline=2.0).score("hi", STEP)
     assert judgement.available and judgement.score == 1.0  # the one answer that arrived in time decides
     assert sum(1 for v in judgement.votes if v.error and "deadline" in v.error) == 2
     await backend.aclose()
@@ -233,7 +246,24 @@ async def test_null_empty_and_huge_answers_are_invalid_votes_not_failures(server
     await backend.aclose()
 
 
-async def test_endpoint_down_opens_the_circuit_then_a_trial_call_closes_it():
+class Clock:
+    """The circuit breaker's clock, moved by hand: no pause of a loaded machine can open or close a circuit early."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(base, "time", clock)
+    return clock
+
+
+async def test_endpoint_down_opens_the_circuit_then_a_trial_call_closes_it(clock):
     port = free_port()
     backend = fast_backend(f"openai://127.0.0.1:{port}", retries=1, failure_threshold=3, reset_after=0.3)
     prm = PRMJudge(backend, "prm_generic", votes=2)
@@ -248,20 +278,22 @@ async def test_endpoint_down_opens_the_circuit_then_a_trial_call_closes_it():
         srv.script = lambda body, n: Reply("\\boxed{1}")
         backend.base_url = normalize_base_url(srv.url)
         await backend.aclose()
-        await asyncio.sleep(0.35)
+        clock.now += 0.35
         third = await prm.score("hi", STEP)
     assert third.available and third.score == 1.0 and backend.available
     await backend.aclose()
 
 
-def test_circuit_breaker_half_open_allows_one_trial():
+def test_circuit_breaker_half_open_allows_one_trial(clock):
     breaker = CircuitBreaker(threshold=2, reset_after=0.05)
     assert breaker.allow() and not breaker.record_failure()
     assert breaker.record_failure() and not breaker.allow()
-    time.sleep(0.06)
+    clock.now += 0.04
+    assert not breaker.allow()
+    clock.now += 0.02
     assert breaker.allow() and not breaker.allow()  # one trial at a time
     assert breaker.record_failure() and not breaker.allow()  # failed trial: open again
-    time.sleep(0.06)
+    clock.now += 0.06
     assert breaker.allow()
     breaker.record_success()
     assert breaker.allow() and breaker.allow() and breaker.failures == 0
@@ -274,7 +306,7 @@ async def test_make_judge_openai_runs_prm_and_hint_concurrently(server, monkeypa
             return Reply(hint, delay=0.3)
         return Reply("Mismatch. \\boxed{-1}", delay=0.3)
 
-    server.script = script
+    server.script = all_at_once(6, script)
     monkeypatch.setenv("CLAW_JUDGE_MODEL", "env-model")
     monkeypatch.setenv("CLAW_JUDGE_API_KEY", "sk-env")
     judge = make_judge(f"openai://127.0.0.1:{server.httpd.server_port}", family="echo", votes=3)

@@ -87,7 +87,8 @@ def test_every_template_belongs_to_a_family():
 REGISTERED_FAMILIES = {claw_envs.family_spec(env_id).name for env_id in claw_envs.env_ids()}
 
 
-@pytest.mark.parametrize("family", sorted(set(HAND_BUILT) - REGISTERED_FAMILIES))
+# every hand-built family, registered ones too: the not-yet-registered ones alone are none now (an empty set skips)
+@pytest.mark.parametrize("family", sorted(HAND_BUILT))
 def test_family_templates_render_from_hand_built_next_state(family):
     action, ns = HAND_BUILT[family]
     templates = templates_for(family) if family in REGISTERED_FAMILIES else UPCOMING[family]

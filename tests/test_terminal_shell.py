@@ -124,10 +124,17 @@ def test_nothing_is_left_running_after_close_or_the_end_of_an_episode(env):
     assert not wait_until_gone("sleep 4343")
 
 
-def test_filling_the_disk_is_a_clear_next_state_and_the_shell_goes_on(env):
-    obs, ns = run(env, "for i in 1 2 3 4; do head -c 60M /dev/zero > big$i; done; head -c 60M /dev/zero > big5")
-    assert "No space left on device" in obs and ns.evaluative.score == -1.0
-    assert run(env, "rm big* && echo freed")[0] == "freed\nreturncode=0"
+def test_filling_the_disk_is_a_clear_next_state_and_the_shell_goes_on():
+    # The quota, not the time limit, must end the writes however slow the machine: a small quota and a limit that
+    # writing 50 MB never reaches (the 2-second one of `env` fired first under load, writing 300 MB).
+    env = TerminalEnv(split="train", command_timeout=120.0, sandbox_options={"isolation": "bwrap", "disk_mb": 32})
+    try:
+        env.reset(options={"task_id": "greeting-file"})
+        obs, ns = run(env, "for i in 1 2 3 4; do head -c 10M /dev/zero > big$i; done; head -c 10M /dev/zero > big5")
+        assert "No space left on device" in obs and ns.evaluative.score == -1.0 and "timeout" not in ns.evaluative.tags
+        assert run(env, "rm big* && echo freed")[0] == "freed\nreturncode=0"
+    finally:
+        env.close()
 
 
 def test_odd_and_long_commands_reach_the_shell_unchanged(env):
@@ -141,9 +148,9 @@ def test_odd_and_long_commands_reach_the_shell_unchanged(env):
 def test_output_after_a_command_ends_goes_to_the_next_one():
     with LocalSandbox() as box:
         shell = PersistentShell(box)
-        first = shell.run("(sleep 0.3; echo late) & echo now", timeout=5)
+        first = shell.run("(sleep 0.3; echo late; exec sleep 4747) & echo now", timeout=5)
         assert first.result.stdout == "now\n" and first.note is None
-        time.sleep(0.6)
+        assert wait_for("sleep 4747", seconds=60)  # "late" is written (a fixed 0.6 s wait raced a loaded machine)
         assert shell.run("echo next", timeout=5).result.stdout == "late\nnext\n"
         shell.close()
         assert not shell.alive
