@@ -145,7 +145,7 @@ def toolcall_python_step(repeats: int) -> Row:
 def terminal_command_step(repeats: int) -> Row:
     """A Terminal-v0 step running ``ls -l`` as a bash tool call (parse, run in the episode's persistent shell, read
     the exit code and output into a next state) vs the same command run bare (one-shot) in a sandbox."""
-    from claw_envs.terminal.actions import tool_call_text
+    from claw_envs.shell_turns import tool_call_text
 
     command = "ls -l"
     with make_sandbox("local") as sandbox:
@@ -156,7 +156,7 @@ def terminal_command_step(repeats: int) -> Row:
 
 def terminal_oneshot_step(repeats: int) -> Row:
     """The same Terminal-v0 step with ``shell="oneshot"`` (each command a fresh sandboxed shell) vs the bare command."""
-    from claw_envs.terminal.actions import tool_call_text
+    from claw_envs.shell_turns import tool_call_text
 
     command = "ls -l"
     with make_sandbox("local") as sandbox:
@@ -175,7 +175,7 @@ def terminal_shell_step(repeats: int) -> Row:
     """A Terminal-v0 step in its persistent shell vs the same command sent straight to a ``PersistentShell``: what the
     env adds (parse, next state, history) on top of the shell."""
     from claw_envs.sandbox.shell import PersistentShell
-    from claw_envs.terminal.actions import tool_call_text
+    from claw_envs.shell_turns import tool_call_text
 
     command = "ls -l"
     with make_sandbox("local") as sandbox:

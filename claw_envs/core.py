@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import enum
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -166,6 +166,9 @@ class ClawEnv(gym.Env[Any, str]):
 
     default_max_turns: ClassVar[int] = 8
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    task_loader: ClassVar[Callable[..., TaskSource] | None] = None
+    """Reads ``tasks=`` given as text (``loader(source, split=...)``): the family's ``FamilySpec.load_tasks``, handed
+    to the class by :func:`claw_envs.register`; subclasses inherit it. ``None``: the family reads no task files."""
 
     def __init__(
         self,
@@ -198,14 +201,11 @@ class ClawEnv(gym.Env[Any, str]):
 
     @classmethod
     def load_tasks(cls, source: str, split: str = "train") -> TaskSource:
-        """Read a task source given as text (a file, a folder, a dataset name) with the loader the family's spec
-        declares (``FamilySpec.load_tasks``); ``ValueError`` when it declares none."""
-        from claw_envs.registry import task_loader
-
-        loader = task_loader(cls)
-        if loader is None:
+        """Read a task source given as text (a file, a folder, a dataset name) with the class's
+        :attr:`task_loader`; ``ValueError`` when it has none."""
+        if cls.task_loader is None:
             raise ValueError(f"{cls.__name__} reads no task files or datasets (its FamilySpec declares no load_tasks)")
-        return loader(source, split=split)
+        return cls.task_loader(source, split=split)
 
     def _task_source(self, tasks: Any, split: str) -> TaskSource:
         if tasks is None:
@@ -336,51 +336,6 @@ class ClawEnv(gym.Env[Any, str]):
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
-
-
-def step_history(
-    messages: Sequence[Message], *, width: int = 300, limit: int = 3000, last: int | None = None, task: bool = False
-) -> str:
-    """The earlier steps of an episode for a judge prompt: the messages after the system prompt as ``role: text``
-    lines (tool calls when there is no text; white space folded), each cut at ``width`` characters, the whole kept
-    to its last ``limit``. The first message (the task) is left out unless ``task``; ``last`` keeps only the last
-    that many messages."""
-    earlier = [m for m in messages if m.get("role") != "system"][0 if task else 1 :]
-    lines = []
-    for m in earlier[-last:] if last else earlier:
-        text = " ".join(str(m.get("content") or m.get("tool_calls")).split())
-        lines.append(f"{m.get('role')}: {text if len(text) <= width else text[: width - 1] + '…'}")
-    return "\n".join(lines)[-limit:]
-
-
-def hinted_messages(messages: Sequence[Message], hint: str) -> list[Message]:
-    """``messages`` with ``hint`` appended to the last user message as ``"\\n\\n[Note: <hint>]"``.
-
-    The one format for hints everywhere (demonstrations, the OPD teacher prompt). Nothing is changed in
-    place; with no user message, the note becomes a new user message.
-    """
-    out = [dict(m) for m in messages]
-    note = f"[Note: {hint.strip()}]"
-    for m in reversed(out):
-        if m.get("role") == "user":
-            m["content"] = f"{m.get('content') or ''}\n\n{note}"
-            return out
-    return [*out, {"role": "user", "content": note}]
-
-
-class CutOffText(str):
-    """An action whose generation was cut off at the policy's token limit (finish reason ``length``).
-
-    It is the text itself (a ``str``), so every family reads it as before; a family that grades replies as
-    finished text (the conversation rubric) checks :func:`is_cut_off` and does not count a cut reply as complete.
-    """
-
-    __slots__ = ()
-
-
-def is_cut_off(action: Any) -> bool:
-    """Whether ``action`` was marked as cut off at the token limit (:class:`CutOffText`)."""
-    return isinstance(action, CutOffText)
 
 
 def coerce_action(action: Any) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from claw_envs.pool import EpisodeResult
+from claw_envs.episodes import EpisodeResult
 from claw_envs.tasks import Task, TaskSource
 
 ScriptedReply = Callable[[Sequence[Mapping[str, Any]], int], str]
@@ -68,13 +68,3 @@ class Evaluation:
     def scripted(self, name: str, tasks: Sequence[Task]) -> ScriptedReply:
         """A scripted policy by name (``--policy scripted:NAME``)."""
         raise ValueError(f"this family has no scripted policies (asked for {name!r})")
-
-
-def first_messages(episode: EpisodeResult) -> list[dict[str, Any]]:
-    """The chat the episode started with (its reset info's messages)."""
-    return list(episode.infos[0].get("messages", [])) if episode.infos else []
-
-
-def step_infos(episode: EpisodeResult) -> list[dict[str, Any]]:
-    """The info of every step (the reset info left out)."""
-    return [info for info in episode.infos[1:] if "next_state" in info]

@@ -16,33 +16,18 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
 from claw_envs.core import StepStatus, coerce_action
+from claw_envs.episodes import EpisodeResult
 
 Agent = Callable[[Any, dict], Awaitable[str]]
 BACKENDS = ("local", "ray")
 CLOSE_TIMEOUT = 10.0
 RAY_ACTOR_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}  # no CPU reserved, actors spread over nodes
 RAY_INIT_CPUS = 2  # only when Ray is not initialised yet; call ray.init() yourself to join a cluster
-
-
-@dataclass
-class EpisodeResult:
-    """One episode as the pool saw it. ``infos`` holds the reset info first, then one per step."""
-
-    task_id: str | None
-    observations: list[Any] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    infos: list[dict] = field(default_factory=list)
-    terminated: bool = False
-    truncated: bool = False
-    status: str = StepStatus.OK.value  # "ok" or a StepStatus value ("timeout", "infra_failure", ...)
-    error: str | None = None
 
 
 class _EnvAdapter:

@@ -11,9 +11,8 @@ through the ``claw_envs`` entry-point group; the entry point names one of:
 
 from __future__ import annotations
 
-import sys
 import warnings
-from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 import gymnasium as gym
@@ -29,7 +28,10 @@ _SPECS: dict[str, FamilySpec] = {}
 
 
 def register(spec: FamilySpec) -> None:
-    """Register ``spec.env_id`` with Gymnasium, ``claw-envs list``, ``claw-train`` and ``claw-eval``."""
+    """Register ``spec.env_id`` with Gymnasium, ``claw-envs list``, ``claw-train`` and ``claw-eval``.
+
+    A spec that declares ``load_tasks`` hands its env class that loader (``ClawEnv.task_loader``, inherited by
+    subclasses), so the class imports here; the loader itself is imported when a task source is first read."""
     if not isinstance(spec, FamilySpec):
         raise SpecError(f"register() takes a FamilySpec, got {type(spec).__name__}")
     clash = next((s for s in _SPECS.values() if s.name == spec.name and s.env_id != spec.env_id), None)
@@ -39,14 +41,21 @@ def register(spec: FamilySpec) -> None:
         if _SPECS.get(spec.env_id) == spec:
             return
         del gym.registry[spec.env_id]
+    env = _loader_owner(spec)  # before anything is registered: an entry point that cannot be imported fails here
+    if spec.env_id in _SPECS:
+        _take_loader(_SPECS[spec.env_id])
     gym.register(id=spec.env_id, entry_point=spec.entry_point, disable_env_checker=True)
     _SPECS[spec.env_id] = spec
+    if env is not None and spec.load_tasks is not None:
+        env.task_loader = TaskLoader(spec.load_tasks)
 
 
 def unregister(env_id: str) -> None:
     """Remove ``env_id`` from Gymnasium and from ``claw-envs list`` (tests, notebooks)."""
-    _SPECS.pop(env_id, None)
+    spec = _SPECS.pop(env_id, None)
     gym.registry.pop(env_id, None)
+    if spec is not None:
+        _take_loader(spec)
 
 
 def env_ids() -> list[str]:
@@ -69,26 +78,31 @@ def env_class(env_id: str) -> type[ClawEnv]:
     return resolve(family_spec(env_id).entry_point)
 
 
-def task_loader(cls: type[ClawEnv]) -> Callable[..., TaskSource] | None:
-    """The task loader (``FamilySpec.load_tasks``) of the registered family whose env is ``cls`` or the nearest
-    class it derives from; ``None`` when there is none."""
-    for klass in cls.__mro__:
-        for spec in _SPECS.values():
-            if spec.load_tasks is not None and _names(spec.entry_point, klass):
-                return resolve(spec.load_tasks)
-    return None
+@dataclass(frozen=True)
+class TaskLoader:
+    """A family's task loader as :func:`register` hands it to the env class (``ClawEnv.task_loader``): the import
+    string of ``FamilySpec.load_tasks``, resolved when a task source is first read, not at registration."""
+
+    target: str
+
+    def __call__(self, source: str, split: str = "train") -> TaskSource:
+        return resolve(self.target)(source, split=split)
 
 
-def _names(entry_point: str, klass: type) -> bool:
-    """Whether ``entry_point`` is ``klass``: by name, or through a module already imported that re-exports it."""
-    if entry_point == f"{klass.__module__}:{klass.__qualname__}":
-        return True
-    if entry_point.partition(":")[0] not in sys.modules:
-        return False
-    try:
-        return resolve(entry_point) is klass
-    except AttributeError:
-        return False
+def _loader_owner(spec: FamilySpec) -> type[ClawEnv] | None:
+    """The env class ``spec`` hands its task loader to (``None`` when it declares none, or its entry point is a
+    factory rather than a ``ClawEnv`` subclass)."""
+    if spec.load_tasks is None:
+        return None
+    env = resolve(spec.entry_point)
+    return env if isinstance(env, type) and issubclass(env, ClawEnv) else None
+
+
+def _take_loader(spec: FamilySpec) -> None:
+    """Take back the task loader ``spec`` handed its env class (when the class still holds that one)."""
+    env = _loader_owner(spec)
+    if env is not None and env.__dict__.get("task_loader") == TaskLoader(str(spec.load_tasks)):
+        del env.task_loader
 
 
 def resolve_id(name: str) -> str:

@@ -60,7 +60,9 @@ class JudgeTemplates:
 
 @dataclass(frozen=True)
 class TrainingDefaults:
-    """Run options this family sets when the user does not (``None``: the config tree's own default)."""
+    """How ``claw-train`` treats this family: the run options it sets when the user does not (``None``: the config
+    tree's own default), and how a model is made ready for it (the tiny model's bootstrap, a named model's warm
+    start, the tiny tokenizer's corpus)."""
 
     method: str = "combined"
     """binary | opd | combined."""
@@ -77,6 +79,23 @@ class TrainingDefaults:
     replay: float = 0.0
     """Tiny models: weight of the supervised loss on the family's own demonstrations added to every update
     (``claw_train.replay``), which keeps what the bootstrap taught while the updates move the policy."""
+    bootstrap: Bootstrap = "demonstrations"
+    """How ``--model tiny`` starts: trained briefly on the env's ``demonstrations()``, or ``none`` (untrained)."""
+    bootstrap_steps: int | None = None
+    """Optimizer steps of that bootstrap (None: the tiny model's default, 500); long demonstrations want fewer."""
+    warm_start_steps: int = 0
+    """LoRA steps a named pretrained model (``smollm2``) takes on the env's demonstrations before it acts here (0:
+    none; for a format such a model does not write on its own)."""
+    tokenizer_corpus: bool = False
+    """Whether the env's demonstrations also feed the tiny tokenizer's corpus (built-in families only)."""
+
+    def __post_init__(self) -> None:
+        if self.bootstrap not in ("demonstrations", "none"):
+            raise SpecError(f"TrainingDefaults.bootstrap must be 'demonstrations' or 'none', got {self.bootstrap!r}")
+        if self.bootstrap_steps is not None and self.bootstrap_steps < 1:
+            raise SpecError(f"TrainingDefaults.bootstrap_steps must be at least 1, got {self.bootstrap_steps}")
+        if self.warm_start_steps < 0:
+            raise SpecError(f"TrainingDefaults.warm_start_steps must be 0 or more, got {self.warm_start_steps}")
 
 
 @dataclass(frozen=True)
@@ -94,16 +113,7 @@ class FamilySpec:
     judge: JudgeTemplates = field(default_factory=JudgeTemplates)
     """Judge templates and the rules judge's reading of directives."""
     training: TrainingDefaults = field(default_factory=TrainingDefaults)
-    """Defaults for ``claw-train``."""
-    bootstrap: Bootstrap = "demonstrations"
-    """How ``--model tiny`` starts: trained briefly on the env's ``demonstrations()``, or ``none`` (untrained)."""
-    bootstrap_steps: int | None = None
-    """Optimizer steps of that bootstrap (None: the tiny model's default, 500); long demonstrations want fewer."""
-    warm_start_steps: int = 0
-    """LoRA steps a named pretrained model (``smollm2``) takes on the env's demonstrations before it acts here (0:
-    none; for a format such a model does not write on its own)."""
-    tokenizer_corpus: bool = False
-    """Whether the env's demonstrations also feed the tiny tokenizer's corpus (built-in families only)."""
+    """Defaults for ``claw-train``, and how a model is made ready for the family (bootstrap, warm start)."""
     load_tasks: str | None = None
     """``"module:function"``: ``function(source, split) -> TaskSource`` reads ``--tasks`` (file, folder, dataset)."""
     evaluation: str | None = None
@@ -122,16 +132,10 @@ class FamilySpec:
             raise SpecError(f"FamilySpec.env_id must look like 'claw/Name-v0', got {self.env_id!r}")
         if self.track not in ("personal", "agent"):
             raise SpecError(f"FamilySpec.track must be 'personal' or 'agent', got {self.track!r}")
-        if self.bootstrap not in ("demonstrations", "none"):
-            raise SpecError(f"FamilySpec.bootstrap must be 'demonstrations' or 'none', got {self.bootstrap!r}")
         for name in ("entry_point", "load_tasks", "evaluation", "live"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or ":" not in value):
                 raise SpecError(f"FamilySpec.{name} must be an import string 'module:attribute', got {value!r}")
-        if self.bootstrap_steps is not None and self.bootstrap_steps < 1:
-            raise SpecError(f"FamilySpec.bootstrap_steps must be at least 1, got {self.bootstrap_steps}")
-        if self.warm_start_steps < 0:
-            raise SpecError(f"FamilySpec.warm_start_steps must be 0 or more, got {self.warm_start_steps}")
         if self.track == "agent" and self.live is not None:
             raise SpecError("FamilySpec.live is for the personal track (claw-serve sessions)")
 

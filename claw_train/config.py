@@ -342,7 +342,7 @@ def resolve(args: Args, spec: FamilySpec, *, command: Literal["train", "eval", "
     fam = spec.training
     values: dict[str, Any] = {"max_new_tokens": fam.max_new_tokens, "max_turns": fam.max_turns, "env": spec.name}
     values |= _model_defaults(args, command) | {"rollout_workers": fam.rollout_workers}
-    values["warm_start"] = spec.warm_start_steps if is_named(args.run.model) else 0
+    values["warm_start"] = fam.warm_start_steps if is_named(args.run.model) else 0
     if command != "eval":
         values |= {
             "method": fam.method,

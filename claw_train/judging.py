@@ -65,7 +65,7 @@ class SampleMaker:
         """``log π(a_t | s + hint)`` over the turn's generated tokens (a prefill on the serving policy)."""
         if hint is None or not self.settings.uses_hints:
             return None
-        from claw_envs.core import hinted_messages
+        from claw_envs.messages import hinted_messages
         from claw_train.policy.render import render_prompt
 
         try:

@@ -55,7 +55,7 @@ def replay_rows(training: TrainingConfig, spec: FamilySpec, model: str) -> list[
     if preset_for(model) != "tiny":
         raise ConfigError(f"--replay {training.replay} needs --replay-data FILE for --model {model} (only the tiny "
                           "model replays the family's demonstrations: it was bootstrapped on them)")  # fmt: skip
-    if spec.bootstrap == "none":
+    if spec.training.bootstrap == "none":
         raise ConfigError(f"--replay: the {spec.name} family has no demonstrations to replay; give --replay-data FILE")
     try:
         rows = demonstrations(spec.env_id, FAMILY_ROWS, seed=1)

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from claw_envs.core import CutOffText
+from claw_envs.messages import CutOffText
 from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
 from claw_train.records import EpisodeRecord, TurnRecord
 
@@ -119,7 +119,7 @@ def _turn_end(
 
 
 def action_text(completion: Completion) -> str:
-    """What the env is sent for ``completion``: its text, marked :class:`~claw_envs.core.CutOffText` when the
+    """What the env is sent for ``completion``: its text, marked :class:`~claw_envs.messages.CutOffText` when the
     generation stopped at its token limit (finish reason ``length``), so a family can tell an unfinished reply."""
     if completion.finish_reason == "length":
         return CutOffText(completion.text)

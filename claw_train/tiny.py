@@ -200,7 +200,7 @@ def tokenizer_corpus() -> tuple[str, ...]:
     texts = generated_text()
     import claw_envs
 
-    for env_id in [s.env_id for s in claw_envs.registry.specs() if s.tokenizer_corpus]:
+    for env_id in [s.env_id for s in claw_envs.registry.specs() if s.training.tokenizer_corpus]:
         try:
             rows = demonstrations(env_id, 300, seed=0)
         except Exception as err:  # a broken family must not break the tiny model; its text is just missing
@@ -383,7 +383,7 @@ def _corpus_fingerprint() -> str:
     """What makes the tokenizer corpus: the generated text's module and the corpus families' makers."""
     import claw_envs
 
-    ids = [s.env_id for s in claw_envs.registry.specs() if s.tokenizer_corpus]
+    ids = [s.env_id for s in claw_envs.registry.specs() if s.training.tokenizer_corpus]
     files = [Path(__file__).with_name("tiny_text.py"), *(f for env_id in ids for f in _maker_files(env_id))]
     return fingerprint(files, kind="tokenizer corpus", envs=ids)
 

@@ -55,7 +55,7 @@ def warm_started(
     import claw_envs
 
     spec = claw_envs.family_spec(family)
-    settings = replace(WarmStartSettings(), steps=steps if steps is not None else spec.warm_start_steps)
+    settings = replace(WarmStartSettings(), steps=steps if steps is not None else spec.training.warm_start_steps)
     if settings.steps < 1:
         raise ValueError(f"a warm start needs at least 1 step, got {settings.steps}")
     base = Path(base)

@@ -30,7 +30,7 @@ def conversation_bootstrap() -> list[Path]:
     import claw_envs
     from claw_train.tiny import bootstrap
 
-    steps = claw_envs.family_spec("conversation").bootstrap_steps
+    steps = claw_envs.family_spec("conversation").training.bootstrap_steps
     return [bootstrap("conversation", steps=steps, threads=min(4, os.cpu_count() or 1))]
 
 

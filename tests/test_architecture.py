@@ -1,8 +1,10 @@
-"""The shape issue #11 asks for: one config tree behind every command's --help, no family named outside its own
-folder, and no module of claw_envs/, judges/ or claw_train/ over 450 lines."""
+"""The shape issues #11 and #42 ask for: one config tree behind every command's --help, no family named outside its
+own folder, no family package of claw_envs importing another (what families share has rooms of its own), no import
+circle between the files of a package, and no module of claw_envs/, judges/ or claw_train/ over 450 lines."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 import subprocess
@@ -18,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 COMMANDS = {"claw-train": config.TrainArgs, "claw-eval": config.EvalArgs, "claw-serve": config.ServeArgs}
 FAMILY_NAMES = ("conversation", "toolcall", "terminal", "echo", "swe", "gui")
+CIRCLE_FREE = ("claw_envs", "judges", "claw_train")
+"""The packages whose files import each other without a circle (:func:`test_no_import_circle_between_the_files_of`)."""
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +124,127 @@ def test_no_module_of_the_packages_is_over_450_lines():
         if (n := len(p.read_text().splitlines())) > 450
     }
     assert not long, long
+
+
+# -- imports between files: what a file names, wherever it does (top level, in a function, under TYPE_CHECKING) -------
+
+
+def modules(package: str) -> dict[str, Path]:
+    """Every module of ``package`` by its dotted name (a package by its ``__init__``); files in folders that are no
+    package (task fixtures shipped as data) are not modules."""
+    out = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if not all((ROOT / Path(*parts[:i]) / "__init__.py").is_file() for i in range(1, len(parts))):
+            continue
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules among ``known`` that module ``name`` (at ``path``) imports anywhere in its code: at the top,
+    inside functions, under ``TYPE_CHECKING``. Relative imports are resolved; ``from a import b`` names the module
+    ``a.b`` when there is one, else ``a`` (a package's ``__init__`` only when the package itself is named)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph(*packages: str) -> dict[str, set[str]]:
+    """Module -> the modules it imports, over the modules of ``packages`` (imports of other code left out)."""
+    mods = {name: path for package in packages for name, path in modules(package).items()}
+    return {name: imported(name, path, set(mods)) for name, path in mods.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each is an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def family_packages() -> set[str]:
+    """The built-in family packages of claw_envs: those holding a registered family's env."""
+    return {
+        ".".join(spec.entry_point.partition(":")[0].split(".")[:2])
+        for spec in claw_envs.registry.specs()
+        if spec.entry_point.startswith("claw_envs.")
+    }
+
+
+def _family_of(module: str, families: set[str]) -> str | None:
+    return next((f for f in families if module == f or module.startswith(f + ".")), None)
+
+
+@pytest.mark.parametrize("package", CIRCLE_FREE)
+def test_no_import_circle_between_the_files_of(package):
+    graph = import_graph(package)
+    assert sum(map(len, graph.values())) > len(graph) // 2, "the import graph reads few edges: the check is blind"
+    found = circles(graph)
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_family_package_imports_another_and_shared_rooms_import_none():
+    """A family stands on the shared rooms of claw_envs (core, tasks, sandbox, tool_calls, shell_turns, …), never on
+    another family; and no shared room names a family, except the package's ``__init__``, which registers them."""
+    families = family_packages()
+    assert {"claw_envs.toolcall", "claw_envs.terminal", "claw_envs.swe", "claw_envs.gui"} <= families, families
+    graph = import_graph("claw_envs")
+    wrong = []
+    for module, targets in graph.items():
+        own = _family_of(module, families)
+        for target in sorted(targets):
+            other = _family_of(target, families)
+            if other is not None and other != own and module != "claw_envs":
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_import_checks_see_what_they_guard():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = import_graph("claw_envs")
+    assert "claw_envs.tool_calls.parse" in graph["claw_envs.toolcall.env"]  # absolute, inside a parenthesised list
+    assert "claw_envs.core" in graph["claw_envs.spec"]  # under TYPE_CHECKING
+    assert "claw_envs.gui.computer_use" in graph["claw_envs.gui.actions"]
+    assert "claw_envs" in graph["claw_envs.pool"]  # inside a function
+    assert "claw_envs.terminal.task_folders" not in str(graph)  # task data, not modules
 
 
 def test_every_registered_family_has_a_spec_and_the_same_file_roles():

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from claw_envs.gui.actions import ActionError, parse
+from claw_envs.gui.actions import parse
 from claw_envs.gui.env import GUIEnv
+from claw_envs.gui.ops import ActionError
 from claw_envs.gui.tasks import builtin_tasks
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gui" / "miniwob" / "html" / "miniwob"

@@ -62,9 +62,7 @@ SPEC = FamilySpec(
     env_id="claw/Parity{suffix}-v0",
     entry_point="claw_parity{suffix}:ParityEnv",
     judge=JudgeTemplates(prm=str(Path(__file__).with_name("parity_prm.jinja")), hint="hint_agent"),
-    training=TrainingDefaults(max_new_tokens=12, group_size=4),
-    bootstrap="{bootstrap}",
-    bootstrap_steps={steps},
+    training=TrainingDefaults(max_new_tokens=12, group_size=4, bootstrap="{bootstrap}", bootstrap_steps={steps}),
     description="even-length replies",
 )
 '''

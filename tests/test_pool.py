@@ -14,7 +14,8 @@ import gymnasium as gym
 import pytest
 
 from claw_envs import ClawEnv, InfraFailure, NextState, Opening, StepStatus, Task, TaskList, Transition
-from claw_envs.pool import EnvPool, EpisodeResult
+from claw_envs.episodes import EpisodeResult
+from claw_envs.pool import EnvPool
 
 
 class PoolTestEnv(ClawEnv):

@@ -57,3 +57,34 @@ def test_ids_must_use_the_claw_namespace():
 def test_env_class_unknown_id_lists_known():
     with pytest.raises(KeyError, match=r"registered families: .*echo"):
         registry.env_class("claw/Nope-v0")
+
+
+def test_registration_hands_the_env_class_its_task_loader(tmp_path, monkeypatch):
+    """``register`` gives the spec's env class its ``load_tasks`` (imported on first use), subclasses inherit it, and
+    ``unregister`` takes it back; a class whose family declares none refuses a task file."""
+    module = tmp_path / "claw_loader_mod.py"
+    module.write_text(
+        "from claw_envs.echo.env import EchoEnv\n"
+        "from claw_envs.tasks import Task, TaskList\n\n"
+        "class LoaderEnv(EchoEnv):\n    pass\n\n"
+        "class Child(LoaderEnv):\n    pass\n\n"
+        "def load(source, split='train'):\n"
+        "    return TaskList([Task(f'{source}-0', split, {'phrase': 'hi'})], split)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import claw_loader_mod as mod
+
+    spec = FamilySpec(
+        name="loader", env_id="claw/Loader-v0", entry_point="claw_loader_mod:LoaderEnv",
+        load_tasks="claw_loader_mod:load",
+    )  # fmt: skip
+    try:
+        registry.register(spec)
+        assert [t.id for t in mod.Child(tasks="src").tasks] == ["src-0"]  # inherited from LoaderEnv
+        assert [t.id for t in gym.make("claw/Loader-v0", tasks="file").unwrapped.tasks] == ["file-0"]
+        registry.unregister("claw/Loader-v0")
+        assert "task_loader" not in vars(mod.LoaderEnv)
+        assert mod.LoaderEnv.task_loader is mod.EchoEnv.task_loader  # the echo family's own loader again
+    finally:
+        registry.unregister("claw/Loader-v0")
+        sys.modules.pop("claw_loader_mod", None)

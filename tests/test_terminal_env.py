@@ -15,8 +15,8 @@ from gymnasium.utils.env_checker import check_env
 from test_sandbox import needs_bwrap
 
 import claw_envs
+from claw_envs.shell_turns import fenced_text, read_turn, tool_call_text
 from claw_envs.terminal import TerminalEnv
-from claw_envs.terminal.actions import fenced_text, read_turn, tool_call_text
 from claw_envs.terminal.tasks import BUILTIN, builtin_folders, builtin_tasks, load_tasks
 
 pytestmark = needs_bwrap

@@ -14,8 +14,8 @@ from test_sandbox import needs_bwrap
 from typer.testing import CliRunner
 
 from claw_envs.check import check_env
+from claw_envs.shell_turns import tool_call_text
 from claw_envs.terminal import TerminalEnv
-from claw_envs.terminal.actions import tool_call_text
 from claw_envs.terminal.folders import read_folder
 from claw_envs.terminal.grading import offline_command, pytest_results
 from claw_envs.terminal.provision import host_package

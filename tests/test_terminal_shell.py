@@ -14,8 +14,8 @@ from test_sandbox import needs_bwrap
 
 from claw_envs.sandbox import Bind, LocalSandbox, SandboxError
 from claw_envs.sandbox.shell import PersistentShell, ansi_c_quote
+from claw_envs.shell_turns import tool_call_text
 from claw_envs.terminal import TerminalEnv
-from claw_envs.terminal.actions import tool_call_text
 
 pytestmark = needs_bwrap
 BASH = tool_call_text

@@ -162,7 +162,7 @@ class _Hinted:
         self.inner, self.hints, self.calls = inner, hints, 0
 
     async def generate(self, prompt, sampling, **kwargs):
-        from claw_envs.conversation.demos import hinted_messages
+        from claw_envs.messages import hinted_messages
 
         self.calls += 1
         return await self.inner.generate(hinted_messages(prompt, self.hints[self.calls % len(self.hints)]), sampling)
@@ -185,7 +185,7 @@ async def test_conversation_bootstrap_starts_in_assistant_style_and_follows_hint
     async def personalization_eval(policy):
         return await evaluate(policy, spec, tasks, n=100, k=1, seed=0, sampling=sampling)
 
-    path = tiny.bootstrap("conversation", steps=spec.bootstrap_steps, progress=False)
+    path = tiny.bootstrap("conversation", steps=spec.training.bootstrap_steps, progress=False)
     rows = tiny.demonstrations("claw/Conversation-v0", 600, seed=99)
     assert {r["persona"] for r in rows} == {"student", "teacher"}  # the model learns to follow either one's hints
     hints = sorted({r["hint"] for r in rows if r["hinted"] and r["persona"] == "student"})

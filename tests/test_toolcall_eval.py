@@ -12,7 +12,7 @@ import pytest
 from test_toolcall_env import solve_from_question
 
 import claw_envs
-from claw_envs.pool import EpisodeResult
+from claw_envs.episodes import EpisodeResult
 from claw_envs.toolcall import ToolCallEnv
 from claw_envs.toolcall.env import tool_call_text
 from claw_envs.toolcall.evaluation import AnswerEvaluation

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from claw_envs.toolcall.actions import (
+from claw_envs.sandbox.output import cap_text
+from claw_envs.tool_calls.parse import (
     TURN_ERRORS,
     ParseLimits,
     ToolCall,
@@ -15,10 +16,10 @@ from claw_envs.toolcall.actions import (
     load_json,
     parse_action,
 )
+from claw_envs.tool_calls.schema import invalid_char, validate_arguments
 from claw_envs.toolcall.boxed import last_boxed
-from claw_envs.toolcall.schema import invalid_char, validate_arguments
 from claw_envs.toolcall.signals import MathVerifier, exact_value, grade_answer, grade_response, normalize_answer
-from claw_envs.toolcall.tools import PYTHON, cap_text, last_error_line
+from claw_envs.toolcall.tools import PYTHON, last_error_line
 
 SCHEMAS = {"python": PYTHON.parameters}
 

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from claw_envs.conversation.persona import Persona, pick
-from claw_envs.conversation.score import rubric
+from claw_envs.conversation.rubric import rubric
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.tasks import Problem, StudentWork, builtin_tasks, fmt, problem_fields, student_work
-from claw_envs.core import hinted_messages
+from claw_envs.messages import hinted_messages
 from claw_envs.tasks import TaskSource
 
 Message = dict[str, Any]

@@ -10,7 +10,7 @@ up (still a complaint) and moves on too. Episodes run ``max_turns`` (8) replies,
 Reward (for plain Gymnasium users): the personalization rubric score in [0, 1] of the reply just
 given, on the problem it answered. At the end, ``next_state.outcome`` is the mean of those scores.
 ``info`` also carries the rubric detail (``rubric``, ``answer_correct``, ``valid_reply``). A reply the policy's
-generation cut off at its token limit (passed as :class:`~claw_envs.core.CutOffText`) is not valid
+generation cut off at its token limit (passed as :class:`~claw_envs.messages.CutOffText`) is not valid
 (``invalid_kind="cut_off"``) and scores 0.
 """
 
@@ -25,11 +25,13 @@ import numpy as np
 
 from claw_envs.conversation.demos import demonstrations, opening_message, render_reply
 from claw_envs.conversation.persona import Persona, available_personas, load_persona, pick
-from claw_envs.conversation.score import MAX_REPLY_CHARS, rubric
+from claw_envs.conversation.rubric import rubric
+from claw_envs.conversation.score import MAX_REPLY_CHARS
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.simulator import Simulator, Turn, make_simulator
 from claw_envs.conversation.tasks import Problem, StudentWork, builtin_tasks, student_work
-from claw_envs.core import ClawEnv, NextState, Opening, Transition, is_cut_off, step_history
+from claw_envs.core import ClawEnv, NextState, Opening, Transition
+from claw_envs.messages import is_cut_off, step_history
 from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 

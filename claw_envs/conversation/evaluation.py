@@ -19,8 +19,8 @@ import numpy as np
 from claw_envs.conversation.demos import STYLES, render_reply
 from claw_envs.conversation.persona import load_persona
 from claw_envs.conversation.tasks import Problem
-from claw_envs.evaluation import Evaluation, ScriptedReply, first_messages, step_infos
-from claw_envs.pool import EpisodeResult
+from claw_envs.episodes import EpisodeResult, first_messages, step_infos
+from claw_envs.evaluation import Evaluation, ScriptedReply
 from claw_envs.tasks import Task, TaskSource
 
 SHRUG = "sorry, no idea which problem you mean."

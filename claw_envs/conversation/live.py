@@ -9,8 +9,9 @@ from typing import Any
 
 from claw_envs.conversation.score import CHECKS, context
 from claw_envs.conversation.signals import extract_signals
-from claw_envs.core import Evaluative, NextState, step_history
-from claw_envs.toolcall.actions import parse_action
+from claw_envs.core import Evaluative, NextState
+from claw_envs.messages import step_history
+from claw_envs.tool_calls.parse import parse_action
 
 HINT_CHECKS = (
     (re.compile(r"\bbold", re.I), "no_bold"),

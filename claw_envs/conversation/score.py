@@ -1,11 +1,8 @@
-"""The personalization rubric: how well ONE reply meets a persona's hidden preferences.
+"""Reading one reply for the personalization rubric (:mod:`.rubric`): whether it is a valid reply
+(:func:`reply_problem`), the number it gives as its answer, and the named checks a persona's preferences use.
 
-``rubric(persona, reply, problem).score`` is the fraction of the persona's preferences the reply
-meets, in [0, 1]. The first preference is always ``well_formed`` — a valid natural-language reply
-that states a final number — and every other preference only counts as met on a well-formed reply,
-so junk, empty text or a dodge ("idk lol") scores 0 however little bold it has. Whether the final
-number is right (``answer_correct``) and whether the reply is valid at all (``is_valid_reply``) are
-reported beside the score, never mixed into it.
+A valid reply is a non-empty, readable, English, natural-language reply of sane length; whether its final number
+is right (``answer_correct``) is reported beside the rubric's score, never mixed into it.
 
 Checks are named functions in :data:`CHECKS`; a persona file lists which ones it cares about (with
 parameters), so a new persona can reuse them or add regex preferences (``matches``/``not_matches``).
@@ -16,15 +13,11 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from claw_envs.conversation.signals import sentences
-from claw_envs.conversation.tasks import Number, Problem, StudentWork, numbers_in, student_work
-
-if TYPE_CHECKING:
-    from claw_envs.conversation.persona import Persona
+from claw_envs.conversation.tasks import Number, Problem, StudentWork, numbers_in
 
 MAX_REPLY_CHARS = 4000
 """A reply longer than this is not read past this point and is not a valid reply."""
@@ -81,7 +74,7 @@ def _strip_tool_calls(text: str) -> tuple[str, bool]:
 def reply_problem(reply: str) -> str | None:
     """Why ``reply`` is not a valid natural-language reply, or ``None`` when it is.
 
-    One of :data:`INVALID_KINDS` but ``cut_off`` (which only :func:`rubric` knows, from the finish reason):
+    One of :data:`INVALID_KINDS` but ``cut_off`` (which only :func:`.rubric.rubric` knows, from the finish reason):
     ``empty``; ``too_long`` (over :data:`MAX_REPLY_CHARS`); ``junk``
     (undecodable bytes, control characters); ``tool_call`` (only a tool call); ``degenerate`` (no
     words, endless repetition, absurd tokens); ``language`` (not English, or gibberish); ``terse``
@@ -267,63 +260,3 @@ addressing the student names a number from their work. ``encouraging``: kind wor
 def context(reply: str, problem: Problem, work: StudentWork | None = None) -> CheckContext:
     """The view of ``reply`` every check reads."""
     return CheckContext(reply=reply, prose=_INLINE_CODE.sub(" ", _FENCE.sub(" ", reply)), problem=problem, work=work)
-
-
-@dataclass(frozen=True)
-class RubricResult:
-    """One reply scored for one persona.
-
-    ``met`` holds what counts (a style preference is met only on a well-formed reply); ``raw`` holds
-    each check's plain verdict (empty for a reply too long to read). ``score = mean(met)``.
-    """
-
-    score: float
-    met: Mapping[str, bool]
-    raw: Mapping[str, bool]
-    valid: bool
-    invalid_kind: str | None
-    final: float | None
-    correct: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as plain JSON-ready values (without ``raw``)."""
-        return {
-            "score": self.score,
-            "met": dict(self.met),
-            "valid": self.valid,
-            "invalid_kind": self.invalid_kind,
-            "final": self.final,
-            "correct": self.correct,
-        }
-
-
-def rubric(
-    persona: Persona, reply: str, problem: Problem, work: StudentWork | None = None, *, cut_off: bool = False
-) -> RubricResult:
-    """Score ``reply`` to ``problem`` against ``persona``'s preferences (see the module docstring).
-
-    ``cut_off``: the generation stopped at its token limit (finish reason ``length``), so the reply is unfinished:
-    it is not valid (``invalid_kind="cut_off"``, unless already ``too_long``) and meets nothing.
-    """
-    kind = reply_problem(reply)
-    if cut_off and kind != "too_long":
-        kind = "cut_off"
-    if work is None and persona.kind == "grade":
-        work = student_work(problem)
-    raw: dict[str, bool] = {}
-    if kind != "too_long":
-        ctx = context(reply, problem, work)
-        raw = {p.name: bool(CHECKS[p.check](ctx, **p.params)) for p in persona.preferences}
-    well_formed = kind is None and raw.get("well_formed", False)
-    met = {p.name: well_formed and raw.get(p.name, False) for p in persona.preferences}
-    final = final_number(reply) if kind is None else None
-    correct = final is not None and answer_correct(reply, problem.answer)
-    return RubricResult(
-        score=sum(met.values()) / len(met),
-        met=met,
-        raw=raw,
-        valid=kind is None,
-        invalid_kind=kind,
-        final=final,
-        correct=correct,
-    )

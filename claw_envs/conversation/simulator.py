@@ -28,7 +28,8 @@ import jinja2
 import numpy as np
 
 from claw_envs.conversation.persona import Persona, pick
-from claw_envs.conversation.score import MAX_REPLY_CHARS, RubricResult
+from claw_envs.conversation.rubric import RubricResult
+from claw_envs.conversation.score import MAX_REPLY_CHARS
 from claw_envs.conversation.signals import extract_signals
 from claw_envs.conversation.tasks import Problem, StudentWork, fmt
 from claw_envs.core import InfraFailure, StepStatus

@@ -12,8 +12,7 @@ SPEC = FamilySpec(
     name="echo",
     env_id="claw/Echo-v0",
     entry_point="claw_envs.echo.env:EchoEnv",
-    training=TrainingDefaults(max_new_tokens=48),
-    tokenizer_corpus=True,
+    training=TrainingDefaults(max_new_tokens=48, tokenizer_corpus=True),
     load_tasks="claw_envs.echo.env:load_tasks",
     description="repeat a phrase exactly (the reference env)",
 )

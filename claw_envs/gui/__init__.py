@@ -17,9 +17,14 @@ SPEC = FamilySpec(
     env_id="claw/GUI-v0",
     entry_point="claw_envs.gui.env:GUIEnv",
     judge=JudgeTemplates(prm="prm_gui", hint="hint_agent"),
-    training=TrainingDefaults(max_new_tokens=48, max_turns=6, group_size=4, rollout_workers=2),
-    bootstrap="none",
-    warm_start_steps=24,  # SmolLM2-135M writes no action here on its own (README: action formats)
+    training=TrainingDefaults(
+        max_new_tokens=48,
+        max_turns=6,
+        group_size=4,
+        rollout_workers=2,
+        bootstrap="none",
+        warm_start_steps=24,  # SmolLM2-135M writes no action here on its own (README: action formats)
+    ),
     load_tasks="claw_envs.gui.tasks:load_tasks",
     env_options=(),
     description="web apps in headless Chromium and Tk apps on an Xvfb desktop, checked by the app's state",

@@ -23,78 +23,26 @@ is an :class:`ActionError` with a message for the agent. Nothing the model wrote
 from __future__ import annotations
 
 import ast
-import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-MAX_ACTION_CHARS = 20_000
-"""Longest action text read; a longer one is refused before parsing."""
-MAX_TEXT_CHARS = 2_000
-"""Longest text typed or filled by one call (a longer one is the agent's error)."""
+from claw_envs.gui.computer_use import parse_tool_call
+from claw_envs.gui.ops import (
+    MAX_ACTION_CHARS,
+    ActionError,
+    Op,
+    ParsedAction,
+    key_name,
+    key_names,
+    number,
+    text_arg,
+    wait_seconds,
+)
+
 MAX_STATEMENTS = 20
 """Most calls in one action."""
-MAX_WAIT_SECONDS = 3.0
-"""Longest ``WAIT``/``time.sleep``/``wait`` honoured; longer waits are cut to this."""
 CONTROL_WORDS = ("WAIT", "DONE", "FAIL")
-
-KEY_NAMES: dict[str, str] = {
-    **{c: c for c in "abcdefghijklmnopqrstuvwxyz0123456789"},
-    **{f"f{i}": f"F{i}" for i in range(1, 13)},
-    "enter": "Enter", "return": "Enter", "tab": "Tab", "space": " ", "backspace": "Backspace",
-    "delete": "Delete", "del": "Delete", "esc": "Escape", "escape": "Escape", "up": "ArrowUp",
-    "down": "ArrowDown", "left": "ArrowLeft", "right": "ArrowRight", "home": "Home", "end": "End",
-    "pageup": "PageUp", "pagedown": "PageDown", "shift": "Shift", "ctrl": "Control", "control": "Control",
-    "alt": "Alt", "cmd": "Meta", "command": "Meta", "win": "Meta", "super": "Meta", "meta": "Meta",
-    "insert": "Insert", "-": "-", "=": "=", ",": ",", ".": ".", "/": "/", ";": ";", "'": "'",
-    "[": "[", "]": "]", "\\": "\\", "`": "`",
-}  # fmt: skip
-"""Key names accepted (pyautogui's, lower case, and Playwright's), mapped to Playwright's names."""
-
-
-class ActionError(ValueError):
-    """The action cannot be carried out as written; ``tag`` names the kind (``unsafe_code``, ``bad_argument`` …)."""
-
-    def __init__(self, message: str, tag: str = "parse_error"):
-        super().__init__(message)
-        self.tag = tag
-
-
-@dataclass(frozen=True)
-class Op:
-    """One thing a backend does. ``name`` is one of :data:`OP_NAMES`; ``args`` are checked values."""
-
-    name: str
-    args: Mapping[str, Any] = field(default_factory=dict)
-
-
-OP_NAMES = frozenset(
-    {
-        # element ops (``bid``: an id of the accessibility tree)
-        "click", "dblclick", "fill", "clear", "press", "select_option", "hover", "focus",
-        # page ops
-        "scroll", "goto", "send_msg_to_user", "noop",
-        # screen ops (pixel coordinates)
-        "mouse_click", "mouse_move", "mouse_down", "mouse_up", "drag_to", "type_text", "key_press", "hotkey",
-        "key_down", "key_up", "wheel",
-        # control
-        "wait", "done", "fail",
-    }
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ParsedAction:
-    """The ops of one action, in order, and the form they were written in."""
-
-    ops: tuple[Op, ...]
-    form: str  # "element" | "pyautogui" | "computer_use" | "control"
-
-    @property
-    def ends_episode(self) -> bool:
-        """Whether the action says the agent is finished (``DONE`` / ``FAIL`` / ``terminate``)."""
-        return any(op.name in ("done", "fail") for op in self.ops)
 
 
 # -- the whitelists ---------------------------------------------------------------------------------------------
@@ -156,8 +104,6 @@ def parse(text: str) -> ParsedAction:
         return ParsedAction((Op(stripped.lower() if stripped.upper() != "WAIT" else "wait", {"seconds": 1.0}),),
                             "control")  # fmt: skip
     if "<tool_call>" in stripped or stripped.startswith("{"):  # a tool call, an OpenAI message, a bare call object
-        from claw_envs.gui.computer_use import parse_tool_call
-
         return parse_tool_call(stripped if "<tool_call>" in stripped or '"tool_calls"' in stripped
                                else f"<tool_call>{stripped}</tool_call>")  # fmt: skip
     fence = _FENCE.match(stripped)
@@ -276,17 +222,6 @@ def _snippet(code: str, node: ast.AST) -> str:
 # -- checking values ----------------------------------------------------------------------------------------------
 
 
-def text_arg(value: Any, what: str) -> str:
-    """A string argument of at most ``MAX_TEXT_CHARS`` characters with no NUL (``what`` names it in the error)."""
-    if not isinstance(value, str):
-        raise ActionError(f"{what} must be a string, got {type(value).__name__}", "bad_argument")
-    if len(value) > MAX_TEXT_CHARS:
-        raise ActionError(f"{what} is {len(value):,} characters; at most {MAX_TEXT_CHARS:,} per action", "too_long")
-    if "\0" in value:
-        raise ActionError(f"{what} holds a NUL character", "bad_argument")
-    return value
-
-
 def _bid(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
@@ -295,40 +230,10 @@ def _bid(value: Any) -> str:
     return value
 
 
-def number(value: Any, what: str) -> float:
-    """A finite int or float argument (``bool`` is refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ActionError(f"{what} must be a number, got {value!r}", "bad_argument")
-    if abs(value) > 1e6:
-        raise ActionError(f"{what} = {value!r} is far outside the screen", "off_screen")
-    return float(value)
-
-
-def _key(value: Any) -> str:
-    if not isinstance(value, str) or (value.lower() not in KEY_NAMES and value not in KEY_NAMES.values()):
-        raise ActionError(f"unknown key {value!r}; use names such as 'enter', 'tab', 'ctrl', 'a', 'f5'", "bad_argument")
-    return KEY_NAMES.get(value.lower(), value)
-
-
-def key_names(values: Sequence[Any]) -> list[str]:
-    """A key combination: 1 to 6 known key names, each in its canonical spelling (see ``KEY_NAMES``)."""
-    if not values or len(values) > 6:
-        raise ActionError("a key combination needs 1 to 6 key names", "bad_argument")
-    return [_key(v) for v in values]
-
-
 def _button(value: Any) -> str:
     if value not in ("left", "right", "middle"):
         raise ActionError(f"button must be 'left', 'right' or 'middle', got {value!r}", "bad_argument")
     return str(value)
-
-
-def wait_seconds(value: Any) -> float:
-    """A wait in seconds: not negative, capped at ``MAX_WAIT_SECONDS``."""
-    seconds = number(value, "the wait")
-    if seconds < 0:
-        raise ActionError("a wait cannot be negative", "bad_argument")
-    return min(seconds, MAX_WAIT_SECONDS)
 
 
 def _point(args: Mapping[str, Any], name: str, required: bool = False) -> dict[str, float | None]:
@@ -394,10 +299,10 @@ def _pyautogui_ops(name: str, args: Mapping[str, Any]) -> list[Op]:
         if not 1 <= presses <= 20:
             raise ActionError("presses must be between 1 and 20", "bad_argument")
         return [Op("key_press", {"keys": [k]}) for _ in range(int(presses)) for k in _keys_list(keys)]
-    return [Op("key_down" if name == "keyDown" else "key_up", {"key": _key(args["key"])})]
+    return [Op("key_down" if name == "keyDown" else "key_up", {"key": key_name(args["key"])})]
 
 
 def _keys_list(values: Sequence[Any]) -> list[str]:
     if len(values) > 64:
         raise ActionError("at most 64 keys in one call", "too_long")
-    return [_key(v) for v in values]
+    return [key_name(v) for v in values]

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urljoin, urlparse
 
 from claw_envs.core import InfraFailure, StepStatus
-from claw_envs.gui.actions import ActionError, Op
+from claw_envs.gui.ops import ActionError, Op
 from claw_envs.gui.screen import Element, Screen, tree_text
 
 CHROMIUM = "/usr/bin/chromium"

@@ -3,8 +3,8 @@
 The actions are those of Anthropic's and Qwen's computer-use tools: ``key``, ``type``, ``mouse_move``,
 ``left_click``, ``left_click_drag``, ``double_click``, ``triple_click``, ``right_click``, ``middle_click``,
 ``left_mouse_down``/``left_mouse_up``, ``scroll`` (a direction and amount, or pixels), ``wait``, ``screenshot`` and
-``terminate``. The call is read by the tool-call parser of :mod:`claw_envs.toolcall.actions` (bounded JSON), never
-executed.
+``terminate``. The call is read by the shared tool-call parser (:mod:`claw_envs.tool_calls.parse`: bounded JSON),
+never executed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from claw_envs.gui.actions import (
+from claw_envs.gui.ops import (
     MAX_ACTION_CHARS,
     ActionError,
     Op,
@@ -22,7 +22,7 @@ from claw_envs.gui.actions import (
     text_arg,
     wait_seconds,
 )
-from claw_envs.toolcall.actions import ParseLimits, parse_action
+from claw_envs.tool_calls.parse import ParseLimits, parse_action
 
 COMPUTER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -48,8 +48,6 @@ COMPUTER_TOOL: dict[str, Any] = {
         },
     },
 }
-_TOOL_NAMES = ("computer", "computer_use")
-_TOOL_SCHEMAS = {name: COMPUTER_TOOL["function"]["parameters"] for name in _TOOL_NAMES}
 _TOOL_NAMES = ("computer", "computer_use")
 _TOOL_SCHEMAS = {name: COMPUTER_TOOL["function"]["parameters"] for name in _TOOL_NAMES}
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from claw_envs.core import InfraFailure, StepStatus
-from claw_envs.gui.actions import KEY_NAMES, ActionError, Op
+from claw_envs.gui.ops import KEY_NAMES, ActionError, Op
 from claw_envs.gui.screen import Element, Screen, tree_text
 
 _PYAUTOGUI_LOCK = threading.Lock()

@@ -40,14 +40,15 @@ from claw_envs.core import (
     Opening,
     Transition,
     UnicodeText,
-    step_history,
 )
 from claw_envs.demos import draw, record_until
-from claw_envs.gui.actions import ActionError, Op, ParsedAction, parse
+from claw_envs.gui.actions import parse
 from claw_envs.gui.miniwob import PageResult, episode_result, start_episode
+from claw_envs.gui.ops import ActionError, Op, ParsedAction
 from claw_envs.gui.screen import Screen
 from claw_envs.gui.signals import PASSIVE_OPS, StepSignal, screen_text, step_signal, verdict
 from claw_envs.gui.tasks import APPS, DEFAULT_MAX_STEPS, builtin_tasks, check, resolve_step
+from claw_envs.messages import step_history
 from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 SYSTEM_PROMPT = """\

@@ -1,11 +1,11 @@
-"""MiniWoB++ pages as GUI tasks, read the way BrowserGym reads them.
+"""MiniWoB++ pages as GUI tasks, run the way BrowserGym runs them.
 
 Point the env at a folder of MiniWoB++-style pages (``GUIEnv(tasks=DIR)``, ``claw-train --env gui --tasks
-DIR``): every ``*.html`` in it is a task. A page is opened from ``file://`` (its ``../core/`` scripts load from
-the folder above when the folder is MiniWoB's ``html/miniwob``), and its episode is started as MiniWoB's own
-env starts it: ``Math.seedrandom(seed)``, then ``core.startEpisodeReal()``. The seed is drawn from the env's
-``np_random``, so ``reset(seed=s)`` gives the same problem (instruction and page) every time. The instruction is
-the text of ``#query``.
+DIR``): every ``*.html`` in it is a task (read by :func:`claw_envs.gui.tasks.miniwob_tasks`). A page is opened
+from ``file://`` (its ``../core/`` scripts load from the folder above when the folder is MiniWoB's
+``html/miniwob``), and its episode is started as MiniWoB's own env starts it: ``Math.seedrandom(seed)``, then
+``core.startEpisodeReal()``. The seed is drawn from the env's ``np_random``, so ``reset(seed=s)`` gives the same
+problem (instruction and page) every time. The instruction is the text of ``#query``.
 
 The page's wall-clock limit (``core.EPISODE_MAX_TIME``, 10 s unless the page sets another) does not end an
 episode: as BrowserGym does, the limit the page's timer runs on is raised far past any episode, and the env's step
@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from claw_envs.core import InfraFailure, StepStatus
-from claw_envs.gui.tasks import DEFAULT_MAX_STEPS
-from claw_envs.tasks import Task, TaskList
+from claw_envs.tasks import Task
 
 TIMER_MS = 1_000_000_000  # what the page's own timer runs on: 11.6 days, under setTimeout's 2**31 - 1 ms
 START_JS = """([seed, timerMs]) => {
@@ -88,26 +87,6 @@ class PageResult:
     def info(self) -> dict[str, Any]:
         """The ``info["miniwob"]`` of the step that ended the episode."""
         return asdict(self)
-
-
-def task_root(folder: Path) -> Path:
-    """The folder a page may read files from: MiniWoB's ``html/`` when ``folder`` is its ``html/miniwob``."""
-    folder = folder.resolve()
-    return folder.parent if (folder.parent / "core").is_dir() and not (folder / "core").is_dir() else folder
-
-
-def miniwob_tasks(folder: Path, split: str = "train") -> TaskList:
-    """One task per ``*.html`` page in ``folder`` (id ``miniwob.<name>``); the same pages serve every split."""
-    pages = sorted(p for p in folder.resolve().glob("*.html") if p.is_file())
-    if not pages:
-        raise ValueError(f"no *.html pages in {folder}")
-    root = task_root(folder)
-    tasks = [
-        Task(f"miniwob.{page.stem}", split, {"backend": "browser", "miniwob": str(page), "folder": str(root),
-                                             "max_steps": DEFAULT_MAX_STEPS})
-        for page in pages
-    ]  # fmt: skip
-    return TaskList(tasks, split)
 
 
 async def start_episode(backend: Any, task: Task, seed: int) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from claw_envs.core import Evaluative
-from claw_envs.gui.actions import ActionError
+from claw_envs.gui.ops import ActionError
 from claw_envs.gui.screen import Screen
 
 CHANGED_SCORE = 0.5

@@ -11,7 +11,8 @@ A task's data:
   element with that role and name on the screen at that step, ``{xy:ROLE:NAME}`` for its centre ``x, y``;
 * ``max_steps``: the step limit (15 unless set).
 
-MiniWoB++ pages are a task source too (:mod:`.miniwob`): :func:`load_tasks` reads a folder of them.
+MiniWoB++ pages are a task source too: :func:`load_tasks` reads a folder of them (:func:`miniwob_tasks`), and
+:mod:`.miniwob` runs their episodes.
 """
 
 from __future__ import annotations
@@ -140,12 +141,30 @@ def builtin_tasks(split: str = "train") -> TaskList:
 
 def load_tasks(source: str, split: str = "train") -> TaskList:
     """Tasks from ``source``: a folder of MiniWoB++-style pages (every ``*.html`` in it is one task)."""
-    from claw_envs.gui.miniwob import miniwob_tasks
-
     path = Path(source).expanduser()
     if not path.is_dir():
         raise ValueError(f"{source!r} is not a folder of MiniWoB++-style pages (*.html)")
     return miniwob_tasks(path, split)
+
+
+def task_root(folder: Path) -> Path:
+    """The folder a page may read files from: MiniWoB's ``html/`` when ``folder`` is its ``html/miniwob``."""
+    folder = folder.resolve()
+    return folder.parent if (folder.parent / "core").is_dir() and not (folder / "core").is_dir() else folder
+
+
+def miniwob_tasks(folder: Path, split: str = "train") -> TaskList:
+    """One task per ``*.html`` page in ``folder`` (id ``miniwob.<name>``); the same pages serve every split."""
+    pages = sorted(p for p in folder.resolve().glob("*.html") if p.is_file())
+    if not pages:
+        raise ValueError(f"no *.html pages in {folder}")
+    root = task_root(folder)
+    tasks = [
+        Task(f"miniwob.{page.stem}", split, {"backend": "browser", "miniwob": str(page), "folder": str(root),
+                                             "max_steps": DEFAULT_MAX_STEPS})
+        for page in pages
+    ]  # fmt: skip
+    return TaskList(tasks, split)
 
 
 def resolve_step(step: str, screen: Screen) -> str | None:

@@ -1,4 +1,5 @@
-"""Bounded capture of a command's output: keep the head and the tail, count what was dropped."""
+"""Bounded capture of a command's output: keep the head and the tail, count what was dropped; and the same cut
+for text already captured, before a model reads it (:func:`cap_text`)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,12 @@ class CappedOutput:
         dropped = self.total - len(self.head) - len(self.tail)
         marker = f"\n[... output truncated: {dropped} of {self.total} bytes dropped ...]\n"
         return self.head.decode("utf-8", errors="replace") + marker + self.tail.decode("utf-8", errors="replace")
+
+
+def cap_text(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to about ``limit`` characters, keeping its head and tail; whether it was cut."""
+    if len(text) <= limit:
+        return text, False
+    head = limit * 2 // 3
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - tail :]}", True

@@ -15,9 +15,14 @@ SPEC = FamilySpec(
     env_id="claw/SWE-v0",
     entry_point="claw_envs.swe.env:SWEEnv",
     judge=JudgeTemplates(prm="prm_swe", hint="hint_agent"),
-    training=TrainingDefaults(max_new_tokens=192, max_turns=8, group_size=4, rollout_workers=2),
-    bootstrap="none",
-    warm_start_steps=24,  # SmolLM2-135M writes no action here on its own (README: action formats)
+    training=TrainingDefaults(
+        max_new_tokens=192,
+        max_turns=8,
+        group_size=4,
+        rollout_workers=2,
+        bootstrap="none",
+        warm_start_steps=24,  # SmolLM2-135M writes no action here on its own (README: action formats)
+    ),
     load_tasks="claw_envs.swe.tasks:load_instances",
     evaluation="claw_envs.swe.evaluation:PatchEvaluation",
     env_options=("repos",),

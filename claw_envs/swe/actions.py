@@ -1,7 +1,7 @@
 """Read one SWE turn: a bash command, a submission, or a problem.
 
 A command is a ``bash`` tool call or one fenced ```bash block, read exactly as in the terminal family
-(:func:`claw_envs.terminal.actions.read_turn`: bounded, one command per turn). The agent submits with a
+(:func:`claw_envs.shell_turns.read_turn`: bounded, one command per turn). The agent submits with a
 ``submit`` tool call, or — the mini-swe-agent convention — with a command whose output's first line is
 ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (:func:`submits`). Words with no command are a problem here (an SWE
 episode ends only by submitting), so junk never ends an episode.
@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from claw_envs.terminal.actions import BASH_TOOL, LIMITS, MAX_COMMAND_BYTES
-from claw_envs.terminal.actions import read_turn as read_command
-from claw_envs.toolcall.actions import ToolCall, parse_action
+from claw_envs.shell_turns import BASH_TOOL, LIMITS, MAX_COMMAND_BYTES
+from claw_envs.shell_turns import read_turn as read_command
+from claw_envs.tool_calls.parse import ToolCall, parse_action
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 SUBMIT_TOOL: dict[str, Any] = {

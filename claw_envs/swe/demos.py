@@ -10,27 +10,34 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from claw_envs.core import ClawEnv
 from claw_envs.demos import draw, record_until
+from claw_envs.shell_turns import fenced_text
 from claw_envs.swe.actions import SUBMIT_MARKER, tool_call_text
 from claw_envs.swe.tasks import builtin_instances
-from claw_envs.terminal.actions import fenced_text
-
-if TYPE_CHECKING:
-    from claw_envs.swe.env import SWEEnv
 
 HUNK = re.compile(r"^--- a/(?P<path>\S+)\n\+\+\+ b/\S+\n@@ -(?P<start>\d+)(?:,(?P<length>\d+))? ", re.MULTILINE)
 STYLES = ("tool", "fenced")
 
 
-def demonstrations(env: SWEEnv, n: int, seed: int = 0) -> list[dict[str, Any]]:
+def demonstrations(
+    n: int,
+    seed: int,
+    *,
+    env_class: type[ClawEnv],
+    sandbox: str,
+    sandbox_options: Mapping[str, Any],
+    env_options: Mapping[str, Any],
+) -> list[dict[str, Any]]:
     """``n`` demonstrations drawn from the recorded scripted fixes (see the module docstring): the instances are
-    played in order, each in both styles, until there are ``n`` turns (all of them: 48)."""
-    options = {"repos": env.workspaces.source.spec, "cache_dir": str(env.workspaces.source.root)}
-    sandbox = json.dumps(env.sandbox_options, sort_keys=True)
-    return draw(_recorded(type(env), env.sandbox_kind, sandbox, json.dumps(options), n), n, seed)
+    played in order, each in both styles, until there are ``n`` turns (all of them: 48). They are recorded once per
+    process in an ``env_class`` env made with ``sandbox``, ``sandbox_options`` and ``env_options`` (its repository
+    source)."""
+    options = json.dumps(dict(sandbox_options), sort_keys=True)
+    return draw(_recorded(env_class, sandbox, options, json.dumps(dict(env_options)), n), n, seed)
 
 
 def script(instance: dict[str, Any], style: str) -> list[str]:
@@ -51,7 +58,7 @@ def script(instance: dict[str, Any], style: str) -> list[str]:
 
 
 @functools.cache
-def _recorded(env_class: type[SWEEnv], sandbox: str, sandbox_json: str, options_json: str, n: int) -> tuple[Any, ...]:
+def _recorded(env_class: type[ClawEnv], sandbox: str, sandbox_json: str, options_json: str, n: int) -> tuple[Any, ...]:
     """The turns of the scripted fixes of the built-in training instances, recorded until there are ``n``."""
     train = builtin_instances("train")
     env = env_class(train, sandbox=sandbox, sandbox_options=json.loads(sandbox_json), **json.loads(options_json))

@@ -39,11 +39,12 @@ from claw_envs.core import (
     Opening,
     StepStatus,
     Transition,
-    step_history,
 )
+from claw_envs.messages import step_history
 from claw_envs.sandbox import ExecResult, LocalSandbox, Sandbox, SandboxError, make_sandbox
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.swe.actions import SUBMIT_MARKER, TOOLS, Turn, read_turn, submits, tool_call_text
+from claw_envs.swe.demos import demonstrations
 from claw_envs.swe.grading import PATCH_FILE, Verdict, grade_patch, patch_of, test_files
 from claw_envs.swe.repos import RepoSource
 from claw_envs.swe.signals import Findings, command_signal
@@ -376,9 +377,15 @@ class SWEEnv(ClawEnv):
 
     def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
         """Scripted fixes of the built-in training instances, from real runs (:func:`.demos.demonstrations`)."""
-        from claw_envs.swe.demos import demonstrations
-
-        return demonstrations(self, n, seed)
+        source = self.workspaces.source
+        return demonstrations(
+            n,
+            seed,
+            env_class=type(self),
+            sandbox=self.sandbox_kind,
+            sandbox_options=self.sandbox_options,
+            env_options={"repos": source.spec, "cache_dir": str(source.root)},
+        )
 
     def null_action(self) -> str | None:
         """Submit at once (the empty patch)."""

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from claw_envs.evaluation import Evaluation, step_infos
-from claw_envs.pool import EpisodeResult
+from claw_envs.episodes import EpisodeResult, step_infos
+from claw_envs.evaluation import Evaluation
 from claw_envs.swe.env import SWEEnv
 from claw_envs.swe.tasks import normalise
 from claw_envs.tasks import TaskSource, json_object

@@ -30,7 +30,6 @@ from pathlib import Path
 from claw_envs.core import InfraFailure
 from claw_envs.locks import locked
 
-BUILTIN_OWNER = "claw-examples"
 GITHUB = "https://github.com/{repo}.git"
 GIT_TIMEOUT = 600.0
 FIXED_IDENTITY = {

@@ -1,6 +1,7 @@
-"""Score one SWE command: the terminal family's reading of its result, plus what matters in a repository.
+"""Score one SWE command: a shell command's report (shared with the terminal family), plus what matters in a
+repository.
 
-The base is :func:`claw_envs.terminal.signals.report` (output head+tail with ``returncode=N``; +0.5 for exit 0,
+The base is :func:`claw_envs.shell_turns.report` (output head+tail with ``returncode=N``; +0.5 for exit 0,
 -1 for a failure or a timeout, the error line explained). On top, each of these makes the step -1 with its
 reason in the directive: a command repeated right after it failed (``repeated_failure``), an edit to one of
 the instance's test files (``test_file_edit``: the hidden tests replace them), a Python file left with a
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from claw_envs.core import Evaluative
 from claw_envs.sandbox import ExecResult
-from claw_envs.terminal.signals import report
+from claw_envs.shell_turns import report
 
 
 @dataclass

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from claw_envs.terminal.actions import assistant_message, fenced_text, read_turn, reply_message, tool_call_text
+from claw_envs.core import ClawEnv, Message
+from claw_envs.shell_turns import assistant_message, fenced_text, read_turn, reply_message, tool_call_text
+from claw_envs.tasks import Task
 from claw_envs.terminal.tasks import builtin_tasks
-
-if TYPE_CHECKING:
-    from claw_envs.terminal.env import TerminalEnv
 
 DEMO_FINALS = (
     "Done.",
@@ -24,18 +24,27 @@ DEMO_FINALS = (
 )
 
 
-def demonstrations(env: TerminalEnv, n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` demonstrations: a built-in training task's opening and the first k solution turns (tool calls or
-    ```bash blocks, with their real outputs), and the next turn (or a final message) as the completion."""
+def demonstrations(
+    n: int,
+    seed: int,
+    *,
+    opening: Callable[[Task], list[Message]],
+    env_class: type[ClawEnv],
+    sandbox: str,
+    sandbox_options: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """``n`` demonstrations: a built-in training task's opening (``opening(task)``: the asking env's) and the first
+    k solution turns (tool calls or ```bash blocks, with their real outputs), and the next turn (or a final message)
+    as the completion. The solutions are run once per process, in an ``env_class`` env on a ``sandbox`` sandbox."""
     rng = np.random.default_rng(seed)
     train = builtin_tasks("train")
-    runs = _solution_runs(type(env), env.sandbox.kind, json.dumps(env._options, sort_keys=True))
+    runs = _solution_runs(env_class, sandbox, json.dumps(dict(sandbox_options), sort_keys=True))
     demos = []
     for _ in range(n):
         task_id, steps = runs[int(rng.integers(len(runs)))]
         style = "tool" if rng.random() < 0.5 else "fenced"
         upto = int(rng.integers(len(steps) + 1))
-        messages = env.opening_messages(train.get(task_id))
+        messages = opening(train.get(task_id))
         for k, (command, output) in enumerate(steps[:upto], 1):
             action = _action_text(command, style)
             turn = read_turn(action, id_prefix=f"call_{k}_")
@@ -54,7 +63,7 @@ def _action_text(command: str, style: str) -> str:
 
 @functools.cache
 def _solution_runs(
-    env_class: type[TerminalEnv], sandbox_kind: str, options_json: str
+    env_class: type[ClawEnv], sandbox_kind: str, options_json: str
 ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
     """``(task id, ((command, output text), ...))`` for every built-in training task, from real runs."""
     env = env_class(split="train", sandbox=sandbox_kind, sandbox_options=json.loads(options_json))

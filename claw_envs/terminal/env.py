@@ -58,13 +58,13 @@ from claw_envs.core import (
     Opening,
     StepStatus,
     Transition,
-    step_history,
 )
+from claw_envs.messages import step_history
 from claw_envs.sandbox import ExecResult, Sandbox, SandboxError
 from claw_envs.sandbox.episode import EpisodeSandbox
+from claw_envs.sandbox.output import cap_text
 from claw_envs.sandbox.shell import PersistentShell, ShellRun
-from claw_envs.tasks import Task, TaskSource, TaskSourceLike
-from claw_envs.terminal.actions import (
+from claw_envs.shell_turns import (
     BASH_TOOL,
     LIMITS,
     MAX_COMMAND_BYTES,
@@ -72,14 +72,15 @@ from claw_envs.terminal.actions import (
     assistant_message,
     read_turn,
     reply_message,
+    report,
     tool_call_text,
 )
+from claw_envs.tasks import Task, TaskSource, TaskSourceLike
+from claw_envs.terminal.demos import demonstrations
 from claw_envs.terminal.grading import Verdict, grade_folder, network_line, prepare_folder
 from claw_envs.terminal.provision import Environments, Plan, build, plan
-from claw_envs.terminal.signals import report
 from claw_envs.terminal.tasks import builtin_tasks, solution_commands, validate
 from claw_envs.terminal.venvs import VenvError
-from claw_envs.toolcall.tools import cap_text
 
 DEFAULT_COMMAND_TIMEOUT = 10.0
 SYSTEM_PROMPT = """\
@@ -121,7 +122,7 @@ class TerminalEnv(ClawEnv):
     max_command_bytes: int = MAX_COMMAND_BYTES
     """Longest command line run, in UTF-8 bytes; a longer one is refused (-1), never a sandbox failure."""
     parse_limits = LIMITS
-    """JSON depth, turn size and calls read per turn (:class:`~claw_envs.toolcall.actions.ParseLimits`)."""
+    """JSON depth, turn size and calls read per turn (:class:`~claw_envs.tool_calls.parse.ParseLimits`)."""
 
     def __init__(
         self,
@@ -442,6 +443,5 @@ class TerminalEnv(ClawEnv):
 
     def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
         """Solution turns on built-in training tasks, from real runs (:func:`.demos.demonstrations`)."""
-        from claw_envs.terminal.demos import demonstrations
-
-        return demonstrations(self, n, seed)
+        recorder = {"env_class": type(self), "sandbox": self.sandbox.kind, "sandbox_options": self._options}
+        return demonstrations(n, seed, opening=self.opening_messages, **recorder)

@@ -23,7 +23,7 @@ Step signals (``info["next_state"]``):
 * Bounds (the agent's error when overrun, never an exception): a turn holds at most ``max_calls_per_turn``
   (8) tool calls, or none is run; the calls of one turn share ``turn_time_budget`` seconds (2 × the per-call
   timeout), and a call past it is not run; tool-call JSON nests at most 32 deep and a turn is at most
-  2**20 characters (:class:`~claw_envs.toolcall.actions.ParseLimits`); a boxed answer over
+  2**20 characters (:class:`~claw_envs.tool_calls.parse.ParseLimits`); a boxed answer over
   ``max_answer_chars`` (1000) is not graded. Each is ``evaluative`` -1 with a directive naming the limit.
 
 ``info["messages"]`` is OpenAI-format: the assistant turn holds ``content`` (its text outside the
@@ -43,10 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from claw_envs.core import ClawEnv, Evaluative, Message, NextState, Opening, Transition, bad_action, step_history
+from claw_envs.core import ClawEnv, Evaluative, Message, NextState, Opening, Transition, bad_action
+from claw_envs.messages import step_history
 from claw_envs.sandbox.episode import EpisodeSandbox
 from claw_envs.tasks import Task, TaskSource, TaskSourceLike
-from claw_envs.toolcall.actions import (
+from claw_envs.tool_calls.parse import (
     MAX_ACTION_CHARS,
     MAX_JSON_DEPTH,
     TURN_ERRORS,

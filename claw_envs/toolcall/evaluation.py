@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from claw_envs.evaluation import Evaluation, step_infos
-from claw_envs.pool import EpisodeResult
+from claw_envs.episodes import EpisodeResult, step_infos
+from claw_envs.evaluation import Evaluation
 from claw_envs.tasks import TaskSource, json_object
-from claw_envs.toolcall.actions import strip_tool_calls
+from claw_envs.tool_calls.parse import strip_tool_calls
 from claw_envs.toolcall.boxed import final_answer_line, last_boxed
 from claw_envs.toolcall.signals import grade_response
 

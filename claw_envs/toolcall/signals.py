@@ -22,7 +22,6 @@ works from any thread, event loop or Ray actor.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import json
 import os
@@ -37,7 +36,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from claw_envs.toolcall.actions import strip_tool_calls
+from claw_envs.tool_calls.parse import strip_tool_calls
 from claw_envs.toolcall.boxed import last_boxed
 
 Method = Literal["string", "math_verify", "timeout", "no_answer", "too_long"]
@@ -226,8 +225,3 @@ def grade_answer(predicted: str | None, gold: str, verifier: MathVerifier | None
 def grade_response(response: str, gold: str, verifier: MathVerifier | None = None) -> Grade:
     """Grade a whole response: its last ``\\boxed{}`` outside tool-call blocks is the final answer."""
     return grade_answer(last_boxed(strip_tool_calls(response)), gold, verifier)
-
-
-async def agrade_response(response: str, gold: str, verifier: MathVerifier | None = None) -> Grade:
-    """``grade_response`` without blocking the event loop."""
-    return await asyncio.to_thread(grade_response, response, gold, verifier)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from claw_envs.sandbox.base import ExecResult, Sandbox
+from claw_envs.sandbox.output import cap_text
 
 
 @dataclass(frozen=True)
@@ -110,15 +111,6 @@ def format_python_result(result: ExecResult, *, timeout: float, max_chars: int) 
         parts.append("(no output: the program printed nothing; use print() to see values)")
         return ToolOutput("\n".join(parts), 0.0, ("returncode=0", "no_output"), "Print the result with print().")
     return ToolOutput("\n".join(parts), 1.0, ("returncode=0",))
-
-
-def cap_text(text: str, limit: int) -> tuple[str, bool]:
-    """``text`` cut to about ``limit`` characters, keeping its head and tail; whether it was cut."""
-    if len(text) <= limit:
-        return text, False
-    head = limit * 2 // 3
-    tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - tail :]}", True
 
 
 def last_error_line(stderr: str) -> str:

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from claw_envs import FamilySpec
+from claw_envs.episodes import EpisodeResult
 from claw_envs.evaluation import Evaluation
-from claw_envs.pool import EnvPool, EpisodeResult
+from claw_envs.pool import EnvPool
 from claw_envs.spec import resolve
 from claw_envs.tasks import Task, TaskSource
 from claw_train.evaluation.metrics import summarize

@@ -29,7 +29,7 @@ def resolve_model(
     """The path or hub id behind ``model``; ``tiny`` builds (or finds cached) the tiny model for ``family``:
     bootstrapped on its demonstrations, or untrained (with a note) when its spec or its env has none; a named model
     is fetched and converted on first use, then given ``warm_start`` LoRA steps on ``family``'s demonstrations
-    (None: the family's ``warm_start_steps``; :mod:`claw_train.warm_start`)."""
+    (None: the family's ``training.warm_start_steps``; :mod:`claw_train.warm_start`)."""
     if model == "tiny":
         import claw_envs
         from claw_train.tiny import NoDemonstrations, bootstrap, build_tiny
@@ -37,9 +37,9 @@ def resolve_model(
         if family is None:
             raise PolicyError("the tiny model is built per env family: name one (claw-train --env, family=...)")
         spec = claw_envs.family_spec(family)
-        if spec.bootstrap == "demonstrations":
+        if spec.training.bootstrap == "demonstrations":
             try:
-                return str(bootstrap(spec.env_id, steps=spec.bootstrap_steps, progress=progress))
+                return str(bootstrap(spec.env_id, steps=spec.training.bootstrap_steps, progress=progress))
             except NoDemonstrations:
                 pass
         say(f"note: the {spec.name!r} family has no demonstrations; the tiny model starts untrained on it")
@@ -51,7 +51,7 @@ def resolve_model(
         if family is not None and warm_start is None:
             import claw_envs
 
-            warm_start = claw_envs.family_spec(family).warm_start_steps
+            warm_start = claw_envs.family_spec(family).training.warm_start_steps
         if family is None or not warm_start:
             return str(path)
         from claw_train.warm_start import warm_started

@@ -15,17 +15,17 @@ import time
 import pytest
 from test_sandbox import needs_bwrap
 
+from claw_envs.shell_turns import MAX_COMMAND_BYTES, fenced_text, read_turn
+from claw_envs.shell_turns import tool_call_text as bash
 from claw_envs.terminal import TerminalEnv
-from claw_envs.terminal.actions import MAX_COMMAND_BYTES, fenced_text, read_turn
-from claw_envs.terminal.actions import tool_call_text as bash
-from claw_envs.toolcall import ToolCallEnv
-from claw_envs.toolcall.actions import (
+from claw_envs.tool_calls.parse import (
     MAX_ACTION_CHARS,
     MAX_JSON_DEPTH,
     ParseLimits,
     parse_action,
     strip_tool_calls,
 )
+from claw_envs.toolcall import ToolCallEnv
 from claw_envs.toolcall.boxed import last_boxed
 from claw_envs.toolcall.env import tool_call_text as py
 from claw_envs.toolcall.signals import MAX_ANSWER_CHARS, exact_value, grade_answer, grade_response

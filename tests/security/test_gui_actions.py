@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import claw_envs.gui.computer_use  # noqa: F401  parse() imports it lazily: compiling its own source is not model text
-from claw_envs.gui.actions import MAX_ACTION_CHARS, MAX_TEXT_CHARS, ActionError, parse
+from claw_envs.gui.actions import parse
+from claw_envs.gui.ops import MAX_ACTION_CHARS, MAX_TEXT_CHARS, ActionError
 
 MARKER = Path("/tmp/claw-gui-parser-was-run")
 

@@ -31,7 +31,7 @@ KERNEL_REFUSAL = (
 EPISODES = """
 import json, sys, warnings
 from claw_envs.terminal import TerminalEnv
-from claw_envs.terminal.actions import tool_call_text as bash
+from claw_envs.shell_turns import tool_call_text as bash
 from claw_envs.toolcall import ToolCallEnv
 from claw_envs.toolcall.env import tool_call_text as python
 

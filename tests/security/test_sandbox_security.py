@@ -22,7 +22,7 @@ import pytest
 
 from claw_envs.sandbox import LocalSandbox, SandboxError, layout
 from claw_envs.sandbox.folders import OWNER, remove_folder, sweep_orphans
-from claw_envs.terminal.signals import report
+from claw_envs.shell_turns import report
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 MB = 1 << 20

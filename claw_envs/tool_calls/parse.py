@@ -1,4 +1,4 @@
-"""Read tool calls and final answers out of a model's raw text.
+"""Read the tool calls out of a model's raw text (the parser every family with tools shares).
 
 Two tool-call formats are understood:
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from claw_envs.core import MAX_TEXT_LENGTH
-from claw_envs.toolcall.schema import validate_arguments
+from claw_envs.tool_calls.schema import validate_arguments
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
