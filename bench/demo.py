@@ -36,11 +36,8 @@ def makefile_command(target: str) -> list[str]:
     match = re.search(rf"^{re.escape(target)}:[^\n]*\n\t(?P<recipe>[^\n]*)", text, re.M)
     if match is None:
         raise SystemExit(f"the Makefile has no target {target!r}")
-    argv = shlex.split(match["recipe"].replace("$(VENV)/bin/", str(Path(sys.executable).parent) + "/"))
-    if "--output-dir" in argv:
-        i = argv.index("--output-dir")
-        del argv[i : i + 2]
-    return argv
+    recipe = re.sub(r"\s--output-dir\s+(\S*\$\$\([^)]*\)\S*|\S+)", "", match["recipe"])
+    return shlex.split(recipe.replace("$(VENV)/bin/", str(Path(sys.executable).parent) + "/"))
 
 
 def main() -> None:

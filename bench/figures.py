@@ -5,8 +5,9 @@ A figure is written as a Markdown link whose text starts with the number as show
 * ``[0.792](bench/results/personalization-smollm2.json#student.combined.8.score.0)`` — a JSON file and a key path
   (dots between keys, list indices as numbers); ``#a.b*100`` or ``#a.b/c.d`` applies one operation with a number or
   another key path (a percentage, a ratio of two measured values);
-* ``[0.771](bench/results/personalization-smollm2.txt#L2)`` — a text log: the number as written on that line
-  (``#L2-L5``: on one of those lines);
+* ``[0.771](bench/results/personalization-smollm2.txt#L2.6)`` — a text log: the 6th number written on line 2 (numbers
+  counted left to right: ``seed 0: 489 s 0:0.182 8:0.771`` holds 0, 489, 0, 0.182, 8, 0.771); ``#L2`` alone for a
+  line that holds one number;
 * ``[10.3](https://…)`` — a figure from elsewhere (a paper, a model card): its source.
 
 The shown number must equal the file's value to the decimals shown. A new figure may be written with a placeholder
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -47,7 +47,7 @@ COMMENT = re.compile(r"<!--.*?-->", re.S)
 EXEMPT = re.compile(r"<!-- no figures: [^>]*\S[^>]*-->.*?<!-- /no figures -->", re.S)
 UNIT = r"(?:%|×|x(?=[\s,;:)/]|$)|\s?(?:ms|s|min|h|GB|MB|kB|KiB|MiB|GiB|tok/s|tokens/s|steps/s|episodes/s|GFLOP/s)\b)"
 FIGURE = re.compile(rf"(?<![\w.\-/+#@=~])(?:\d[\d,]*\.\d+(?![.\d]){UNIT}?|\d[\d,]*{UNIT})(?![\w-])")
-LINES = re.compile(r"L(\d+)(?:-L?(\d+))?")
+LINES = re.compile(r"L(\d+)(?:\.(\d+))?")
 OPERATION = re.compile(r"^(?P<left>[^*/]+?)\s*(?:(?P<op>[*/])\s*(?P<right>[^*/]+))?$")
 ALLOWED = ("95% interval", "95% bootstrap interval")
 """Phrases that hold a number but state a setting of the statistics, not a measurement."""
@@ -139,19 +139,21 @@ def value_of(figure: Figure) -> float | None:
     if not path.is_relative_to(RESULTS) or not path.is_file():
         raise ValueError(f"{name}: no such file under bench/results/")
     if not key:
-        raise ValueError(f"{name}: the link names no key (#path.to.value, or #L<line> for a text file)")
+        raise ValueError(f"{name}: the link names no key (#path.to.value, or #L<line>.<k> for a text file)")
     if path.suffix == ".json":
         return _evaluate(_load(path), key)
     lines = LINES.fullmatch(key)
     if lines is None:
-        raise ValueError(f"{name}#{key}: a text file takes #L<line> or #L<first>-L<last>")
-    first, last = int(lines.group(1)), int(lines.group(2) or lines.group(1))
-    chosen = path.read_text().splitlines()[first - 1 : last]
-    wanted = _number(figure.shown)
-    for number in (_number(n) for line in chosen for n in NUMBER.findall(line)):
-        if number == wanted:
-            return number
-    raise ValueError(f"{name}#{key}: {figure.shown} is not on those lines")
+        raise ValueError(f"{name}#{key}: a text file takes #L<line>.<k> (the k-th number of the line)")
+    text = path.read_text().splitlines()
+    line = text[int(lines.group(1)) - 1] if 0 < int(lines.group(1)) <= len(text) else ""
+    numbers = NUMBER.findall(line)
+    if lines.group(2) is None and len(numbers) != 1:
+        raise ValueError(f"{name}#{key}: that line holds {len(numbers)} numbers: say which, #L<line>.<k>")
+    k = int(lines.group(2) or 1)
+    if not 0 < k <= len(numbers):
+        raise ValueError(f"{name}#{key}: that line holds {len(numbers)} numbers, not {k}")
+    return _number(numbers[k - 1])
 
 
 @cache
@@ -192,9 +194,11 @@ def _number(text: str) -> float:
 
 
 def matches(shown: str, value: float) -> bool:
-    """Whether ``value`` rounds to ``shown`` at the decimals ``shown`` has."""
+    """Whether ``value`` rounds to ``shown`` at the decimals ``shown`` has (half to even, as Python formats it; a
+    value a hair from a tie, such as ``0.1 * 125``, counts as the tie)."""
     decimals = len(shown.partition(".")[2])
-    return math.isclose(_number(shown), value, abs_tol=0.5 * 10**-decimals + 1e-9)
+    nearest = round(value, decimals + 6)
+    return _number(shown) == _number(f"{nearest:.{decimals}f}")
 
 
 def check(paths: Iterable[Path] = ()) -> tuple[list[Figure], list[Problem]]:
@@ -228,10 +232,14 @@ def fill(page: Path) -> int:
         hole = PLACEHOLDER.search(label)
         if image or not _is_source(target) or hole is None or NUMBER.search(label):
             return match.group(0)
-        if ".json#" not in target:
-            raise ValueError(f"{page}: a placeholder is filled from a JSON file's key, not from {target}")
+        try:
+            if ".json#" not in target:
+                raise ValueError("a placeholder is filled from a JSON file's key")
+            value = float(value_of(Figure(page, 0, "0", target)) or 0)
+        except (ValueError, ZeroDivisionError) as err:  # left as it is: the check names it
+            print(f"{page.relative_to(ROOT)}: not filled, {target}: {err}")
+            return match.group(0)
         decimals = len(hole.group(0).partition(".")[2])
-        value = float(value_of(Figure(page, 0, "0", target)) or 0)
         filled += 1
         number = f"{value:,.{decimals}f}" if abs(value) >= 10_000 else f"{value:.{decimals}f}"
         return f"[{label[: hole.start()]}{number}{label[hole.end() :]}]({target})"

@@ -1,7 +1,8 @@
 """MkDocs hook: the measured figures' files go with the site, so a figure's link opens the file it comes from.
 
 A page links a figure to its file as the repository lays it out (``../bench/results/x.json#key``, see
-``bench/figures.py``); the site copies every file of ``bench/results/`` to ``results/`` and points those links there.
+``bench/figures.py``); the site copies every file of ``bench/results/`` to ``bench-results/`` and points those links
+there.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
-SITE_FOLDER = "results"
+SITE_FOLDER = "bench-results"
 TARGET = re.compile(r"\]\(((?:\.\./)+bench/results/[^)#\s]+)")
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Add every file of ``bench/results/`` to the site under ``results/``."""
+    """Add every file of ``bench/results/`` to the site under ``bench-results/``."""
     from mkdocs.structure.files import File
 
     for path in sorted(RESULTS.rglob("*")):
