@@ -29,12 +29,12 @@ SUMMARY = re.compile(r"^=* ?(?P<counts>\d+ \w+[^\n]*?) in (?P<seconds>[\d.]+)s",
 
 def counts(output: str) -> dict[str, float]:
     """pytest's final counts (``passed``, ``skipped``, ``failed``…) and ``pytest_seconds``, and the prebuild's time."""
-    out: dict[str, float] = {}
+    out: dict[str, float] = {"passed": 0, "skipped": 0, "failed": 0, "errors": 0}
     if summary := list(SUMMARY.finditer(output)):
         last = summary[-1]
         out["pytest_seconds"] = float(last["seconds"])
         for number, what in re.findall(r"(\d+) (\w+)", last["counts"]):
-            out[what] = int(number)
+            out["errors" if what == "error" else what] = int(number)
     if prebuild := re.search(r"prebuild: done in (\d+) s", output):
         out["prebuild_seconds"] = float(prebuild.group(1))
     return out
