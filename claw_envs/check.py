@@ -10,6 +10,12 @@ An env may say at reset what of the task's environment it only approximates (``i
 of lines: a Dockerfile line it skipped, a tool it lacks): a task whose oracle passes so "ran with an approximate
 environment", reported apart from a clean pass. The last step's ``info["diagnosis"]`` (an env's guess at why an
 episode ended unsolved, such as a command that needed the network) is added to a failing oracle's problem.
+
+An env may also say at reset that this machine cannot run the task (``info["refused"]``, one line naming what it
+lacks): the episode stops there and the task is **refused**, apart from a task that fails. An env whose tasks may
+ship no solution says so with ``has_reference(task_id)``: such a task has **no oracle** — "no solution to play" —
+and only the null agent runs (its reset provisions the task, its episode prepares and grades it); it passes when
+that episode runs and does not solve it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from claw_envs.core import ClawEnv, StepStatus
 
 SOLVED = 1.0
 Agent = Literal["oracle", "null"]
+Verdict = Literal["runs", "approximate", "no_oracle", "refused", "failed"]
+NO_SOLUTION = "no solution to play"
 
 
 @dataclass(frozen=True)
@@ -34,25 +42,33 @@ class EpisodeCheck:
     error: str | None = None
     approximations: tuple[str, ...] = ()
     diagnosis: str | None = None
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
 class TaskCheck:
-    """The verdict on one task. ``problem`` is ``None`` when the task passes."""
+    """The verdict on one task. ``problem`` is ``None`` when the task passes; ``no_oracle`` when it has no solution
+    (the ``oracle`` episode is then a placeholder that ran nothing)."""
 
     task_id: str
     oracle: EpisodeCheck
     null: EpisodeCheck | None
     seconds: float
+    no_oracle: bool = False
 
     @property
     def problem(self) -> str | None:
         """Why the task fails: the oracle errs or fails to solve it, or doing nothing solves it (``None``: passes)."""
+        if self.no_oracle:
+            return self._null_problem()
         if self.oracle.error:
             return f"oracle: {self.oracle.error}"
         if self.oracle.outcome is None or self.oracle.outcome < SOLVED:
             why = f": {self.oracle.diagnosis}" if self.oracle.diagnosis else ""
             return f"the oracle solution does not solve it (outcome {self.oracle.outcome}){why}"
+        return self._null_problem()
+
+    def _null_problem(self) -> str | None:
         if self.null is None:
             return None
         if self.null.error:
@@ -63,8 +79,25 @@ class TaskCheck:
 
     @property
     def approximate(self) -> bool:
-        """Whether the oracle's episode ran with an approximate environment (see the module docstring)."""
+        """Whether the task's episodes ran with an approximate environment (see the module docstring)."""
         return bool(self.oracle.approximations)
+
+    @property
+    def refused(self) -> str | None:
+        """What this machine lacks to run the task, as its env said at reset (``None``: nothing)."""
+        return self.oracle.refused or (self.null.refused if self.null else None)
+
+    @property
+    def verdict(self) -> Verdict:
+        """``refused`` (this machine lacks what it needs), ``failed``, ``no_oracle`` (loadable, no solution to play),
+        ``approximate`` or ``runs``."""
+        if self.refused:
+            return "refused"
+        if self.problem is not None:
+            return "failed"
+        if self.no_oracle:
+            return "no_oracle"
+        return "approximate" if self.approximate else "runs"
 
 
 async def play(env: ClawEnv, task_id: str, agent: Agent, max_steps: int | None = None) -> EpisodeCheck:
@@ -76,6 +109,8 @@ async def play(env: ClawEnv, task_id: str, agent: Agent, max_steps: int | None =
     except Exception as err:  # a task the env cannot even start is the finding
         return EpisodeCheck(None, 0, f"reset failed: {type(err).__name__}: {err}")
     approximations = tuple(str(line) for line in info.get("approximations") or ())
+    if info.get("refused"):
+        return EpisodeCheck(None, 0, f"[sandbox_failure] {info['refused']}", approximations, refused=info["refused"])
     for step in range(1, limit + 1):
         action = pick()
         if action is None:
@@ -90,8 +125,14 @@ async def play(env: ClawEnv, task_id: str, agent: Agent, max_steps: int | None =
 
 
 async def check_task(env: ClawEnv, task_id: str) -> TaskCheck:
-    """The oracle episode, then (when the env has a null action) the null episode of one task."""
+    """The oracle episode, then (when the env has a null action) the null episode of one task; only the null one
+    when the task has no solution."""
     started = time.monotonic()
+    has_reference = getattr(env, "has_reference", None)
+    if has_reference is not None and not has_reference(task_id):
+        null = await play(env, task_id, "null")
+        oracle = EpisodeCheck(None, 0, None, null.approximations, refused=null.refused)
+        return TaskCheck(task_id, oracle, null, time.monotonic() - started, no_oracle=True)
     oracle = await play(env, task_id, "oracle")
     null = None
     if not oracle.error and type(env).null_action is not ClawEnv.null_action:

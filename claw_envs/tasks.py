@@ -195,6 +195,9 @@ def load_rows(
     return TaskList([_task_from_row(dict(r), i, split, id_field, mapping, prefix) for i, r in enumerate(rows)], split)
 
 
+LOCAL_FORM = "A local .jsonl (one row a line) or .parquet file of the same rows works in its place: --tasks FILE."
+
+
 def load_hf(
     dataset_id: str,
     *,
@@ -202,13 +205,13 @@ def load_hf(
     config: str | None = None,
     id_field: str | None = None,
     mapping: Mapping[str, str] | None = None,
+    local_form: str = LOCAL_FORM,
 ) -> TaskList:
-    """Tasks from a Hugging Face dataset id (imports ``datasets`` and reaches the hub only when called)."""
-    try:
-        import datasets
-    except ImportError as err:  # pragma: no cover - depends on the install
-        raise RuntimeError("loading a Hugging Face dataset needs `pip install datasets`") from err
-    ds = datasets.load_dataset(dataset_id, config, split=split)
+    """Tasks from a Hugging Face dataset id (imports ``datasets`` and reaches the hub only when called); when the hub
+    is evidently out of reach, :class:`~claw_envs.hub.HubUnreachable` at once, naming ``local_form``."""
+    from claw_envs.hub import load_hub_dataset
+
+    ds = load_hub_dataset(dataset_id, config, split, local_form=local_form)
     return load_rows(ds, split=split, prefix=dataset_id.split("/")[-1], id_field=id_field, mapping=mapping)
 
 

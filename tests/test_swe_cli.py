@@ -86,7 +86,7 @@ def test_eval_predictions_with_an_unknown_instance_is_named(cli_env, tmp_path):
 @pytest.mark.timeout(300)
 def test_claw_train_swe_end_to_end(cli_env, tmp_path):
     pytest.importorskip("trl")
-    from claw_train.logs import Ledger
+    from claw_train.runlog.logs import Ledger
 
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"

@@ -182,3 +182,54 @@ def test_dockerfile_instructions_copy_sources_and_requirement_files(tmp_path):
     assert data["setup"] == ["mkdir -p out", "echo from a heredoc > note.txt\n"]
     assert data["env"] == {"PATH": "/opt/tools/bin:$PATH", "MODE": "test"}
     assert data["unsupported"][0].startswith("COPY --from=builder /x /app/x (copies from another build stage")
+
+
+def test_links_into_a_system_bin_folder_are_aliases_others_are_writes():
+    assert kind("ln -s /usr/bin/python3 /usr/bin/python") == ("alias", ["/usr/bin/python", "/usr/bin/python3"])
+    assert kind("ln -sf /usr/bin/clang-14 /usr/local/bin/") == (
+        "alias",
+        ["/usr/local/bin/clang-14", "/usr/bin/clang-14"],
+    )
+    assert kind("ln -s /opt/x/conf /etc/x.conf") == ("unsupported", "writes /etc/x.conf outside the workdir /app")
+    assert kind("ln -s data latest") == ("setup", None)  # inside the workdir
+
+
+def test_copies_outside_the_workdir_are_shown_read_only_or_refused_in_system_folders(tmp_path):
+    ctx = tmp_path / "environment"
+    (ctx / "data").mkdir(parents=True)
+    for name in ("a.csv", "b.conf", "c.sh", "d.txt"):
+        (ctx / "data" / name).write_text("x\n")
+    dockerfile = ctx / "Dockerfile"
+    dockerfile.write_text(
+        "FROM ubuntu:24.04\nRUN mkdir -p /data /solution\nCOPY data/a.csv /data/a.csv\nCOPY data/b.conf /etc/b.conf\n"
+        "COPY data/c.sh /tmp/c.sh\nCOPY data/d.txt /opt/tool/d.txt\nRUN chmod +x /opt/tool/d.txt\nWORKDIR /workspace\n"
+    )
+    data = read_dockerfile(dockerfile, context=ctx, folder=tmp_path)
+    assert data["shown"] == [["environment/data/a.csv", "/data/a.csv"], ["environment/data/d.txt", "/opt/tool/d.txt"]]
+    assert data["copies"] == [["environment/data/c.sh", "/tmp/c.sh"]]  # written into the sandbox's /tmp
+    assert data["unsupported"] == [
+        "COPY environment/data/b.conf /etc/b.conf (/etc/b.conf: the local backend cannot place files among this "
+        "machine's system folders or the sandbox's own)",
+        "RUN mkdir -p /data /solution (writes /solution outside the workdir /workspace)",  # /data alone is met
+    ]
+    assert data["skipped"][0].startswith("chmod +x /opt/tool/d.txt (sets the mode of a file shown read-only")
+
+
+def test_a_run_line_with_shell_compounds_runs_as_written_unless_something_in_it_is_refused():
+    line = "if [ -d /tmp/a ]; then mkdir -p /app/x && cp -r /tmp/a/. /app/x/; fi && python make.py"
+    data = {"setup": [], "unsupported": [], "apt": [], "pip": [], "pip_options": [], "copies": [], "shown": []}
+    dockerfile_run(f"RUN {line}", data)
+    assert data["setup"] == [line] and not data["unsupported"]  # not broken into `if … && then …`
+    dockerfile_run("RUN for p in a b; do apt-get install -y $p; done", data)
+    assert data["unsupported"][-1].endswith("(installs inside a shell if/for/while, which is not taken apart)")
+    dockerfile_run("RUN if true; then curl -o x https://example.com/x; fi", data)
+    assert data["unsupported"][-1].endswith("(downloads https://example.com/x (no network here))")
+
+
+def dockerfile_run(text: str, out: dict) -> None:
+    from claw_envs.terminal.dockerfile import _run
+
+    (ins,) = instructions(text)
+    out.setdefault("skipped", [])
+    out.setdefault("aliases", [])
+    _run(ins, "/app", "/app", Path("."), out)

@@ -213,10 +213,11 @@ def test_a_task_this_machine_cannot_provision_is_refused_naming_what_it_lacks_no
         env.reset()
         obs, _reward, _terminated, truncated, info = env.step(BASH("ls"))
         assert info["status"] == "sandbox_failure" and truncated and info["next_state"].outcome is None
-        lacking = ", ".join(name for name in ("jq", "gnucobol") if host_package(name) is None)
+        lacking = [name for name in ("jq", "gnucobol") if host_package(name) is None]
         assert obs == (
             f"[infrastructure failure] this machine lacks what the task needs: apt packages not installed here: "
-            f"{lacking} (use sandbox='docker')"
+            f"{', '.join(lacking)} (install: `apt-get install -y --no-install-recommends {' '.join(lacking)}`) "
+            "(use sandbox='docker')"
         )
     finally:
         env.close()
@@ -268,14 +269,18 @@ def test_claw_envs_check_passes_good_folders_and_names_broken_ones_with_why():
     assert result.exit_code == 0 and "3 of 3 terminal tasks pass the check." in result.output, result.output
     result = CliRunner().invoke(envs.app, ["check", "terminal", "--tasks", str(BROKEN), "--split", "test"])
     assert result.exit_code == 1, result.output
-    failing = {name.strip() for name in result.output.split("failing:")[1].split(",")}
-    assert failing == {"needs-apt", "needs-network", "never-ends", "solution-fails", "solved-untouched"}
+    failing = {name.strip() for name in result.output.split("\nfailing:")[1].split(",")}
+    assert failing == {"needs-network", "never-ends", "solution-fails", "solved-untouched"}
+    assert "refused: needs-apt: this machine lacks what the task needs: apt packages" in result.output  # apart
     env = TerminalEnv(tasks=str(BROKEN), split="test")
     try:
         problems = {r.task_id: r.problem for r in env._run(check_env(env, [t.id for t in env.tasks]))}
     finally:
         env.close()
-    assert problems["needs-apt"].endswith("apt packages not installed here: gnucobol (use sandbox='docker')")
+    assert problems["needs-apt"].endswith(
+        "apt packages not installed here: gnucobol (install: `apt-get install -y --no-install-recommends gnucobol`) "
+        "(use sandbox='docker')"
+    )
     assert "the test script needs the network" in problems["needs-network"]
     assert "the tests did not finish within 2 s" in problems["never-ends"]
     assert problems["solution-fails"].startswith("the oracle solution does not solve it")

@@ -111,8 +111,9 @@ def test_what_a_real_task_lacks_here_is_named_a_missing_package_refuses_it():
         env.close()
     assert rust is None or rust.oracle.error == (
         "[sandbox_failure] this machine lacks what the task needs: apt packages not installed here: rustc "
-        "(use sandbox='docker')"
+        "(install: `apt-get install -y --no-install-recommends rustc`) (use sandbox='docker')"
     )
+    assert rust is None or (rust.verdict == "refused" and rust.null is None)  # nothing played: refused at reset
     assert csv.problem == (
         "the oracle solution does not solve it (outcome 0.0): a command of the episode needed the network "
         "(curl: (6) Could not resolve host: astral.sh)"
@@ -125,6 +126,7 @@ def test_claw_envs_check_lists_each_task_once_and_approximate_environments_apart
     result = CliRunner().invoke(envs.app, ["check", "terminal", "--tasks", str(tmp_path)])  # --split all
     assert result.exit_code == 0, result.output
     assert "1 of 1 terminal tasks pass the check." in result.output  # not twice, as the train and the test split
-    assert "0 passed cleanly; 1 ran with an approximate environment: polyglot_python_wordy" in result.output
+    assert "runs here: 0; runs approximately: 1; no oracle (no solution to play; loadable): 0;" in result.output
+    assert "ran with an approximate environment: polyglot_python_wordy" in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("polyglot_python_wordy\t"))
     assert "\tok, approximate environment: add-apt-repository ppa:deadsnakes/ppa (adds a package source" in row

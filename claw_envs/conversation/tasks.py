@@ -269,6 +269,12 @@ def builtin_tasks(split: str = "train") -> TaskSource:
     return ProceduralTasks(lambda s: make_problem(s, split), seeds[split], split, f"homework-{split}")
 
 
+GSM8K_LOCAL = (
+    "A GSM8K-format JSONL file works in its place: --tasks gsm8k_test.jsonl "
+    '(rows as on the hub: {"question": "...", "answer": "... #### 72"})'
+)
+
+
 def load_gsm8k(path_or_id: str | Path, split: str = "test") -> TaskList:
     """GSM8K-format problems from a JSONL path, or from the Hugging Face id ``openai/gsm8k`` (hub access).
 
@@ -280,7 +286,7 @@ def load_gsm8k(path_or_id: str | Path, split: str = "test") -> TaskList:
         tasks = load_jsonl(path, split=split, prefix=f"gsm8k-{split}")
     elif str(path_or_id).count("/") == 1 and not path.suffix and not str(path_or_id).startswith((".", "/", "~")):
         try:
-            tasks = load_hf(str(path_or_id), split=split, config="main")
+            tasks = load_hf(str(path_or_id), split=split, config="main", local_form=GSM8K_LOCAL)
         except Exception as err:  # datasets raises many types (offline, not found, bad config)
             raise RuntimeError(f"could not load {path_or_id!s} ({split}) from the Hugging Face hub: {err}") from err
     else:

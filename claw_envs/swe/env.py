@@ -49,7 +49,7 @@ from claw_envs.swe.grading import PATCH_FILE, Verdict, grade_patch, patch_of, te
 from claw_envs.swe.repos import RepoSource
 from claw_envs.swe.signals import Findings, command_signal
 from claw_envs.swe.tasks import builtin_instances, normalise
-from claw_envs.swe.workspace import Prepared, Workspaces, checkout_command
+from claw_envs.swe.workspace import Prepared, Workspaces
 from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 
 SYSTEM_PROMPT = """\
@@ -254,7 +254,8 @@ class SWEEnv(ClawEnv):
         patch = ""
         if self._commands:
             env = {**self._env(), "BASE": str(self.instance["base_commit"])}
-            cmd = patch_of(test_files(self.instance))
+            generated = self.prepared.generated_files if self.prepared else ()
+            cmd = patch_of([*test_files(self.instance), *generated])
             result = await self._in_box(lambda box: box.arun(cmd, timeout=120.0, env=env))
             if not result.ok:
                 raise InfraFailure(f"cannot compute the workspace's patch: {result.stderr.strip()[-500:]}")
@@ -307,7 +308,8 @@ class SWEEnv(ClawEnv):
     async def _checkout(self, box: Sandbox) -> None:
         if self.sandbox_kind != "local":
             return
-        result = await box.arun(checkout_command(str(self.instance["base_commit"])), timeout=300.0, env=self._env())
+        prepared = await self._prepared()
+        result = await box.arun(prepared.checkout(str(self.instance["base_commit"])), timeout=300.0, env=self._env())
         if not result.ok:
             raise InfraFailure(
                 f"cannot check out {self.instance['base_commit']}: {result.stderr.strip()[-500:]}",

@@ -27,8 +27,8 @@ from functools import cache
 from importlib.resources import files
 from pathlib import Path
 
+from claw_envs.cache import locked
 from claw_envs.core import InfraFailure
-from claw_envs.locks import locked
 
 GITHUB = "https://github.com/{repo}.git"
 GIT_TIMEOUT = 600.0

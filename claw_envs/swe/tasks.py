@@ -10,7 +10,8 @@ claw's extension, two optional shell fields:
 * ``install``: run once per cached environment (one per ``repo`` and ``environment_setup_commit``), on the host,
   in a checkout at ``environment_setup_commit`` with a fresh virtualenv active (``$VIRTUAL_ENV``); it installs
   the instance's dependencies from the package registries. The sandbox then runs with that virtualenv first on
-  ``PATH``.
+  ``PATH``, and the files the install generated in the checkout (a version file, a compiled extension) are copied
+  into every ``/testbed`` (:mod:`.generated`).
 * ``test_cmd``: the test command, run in ``/testbed`` after the patch and ``test_patch`` are applied; its merged
   stdout+stderr is what is graded (e.g. ``python -m pytest -rA tests/test_x.py``).
 

@@ -10,7 +10,12 @@ version — and this module's own code), on the host, in a checkout at that comm
   ``[dependency-groups]`` or ``[project.optional-dependencies]`` entry named ``test``, ``tests`` or ``testing`` in
   its ``pyproject.toml``, else a requirements file such as ``requirements/tests.txt`` or ``test-requirements.txt``
   — with its ``[project] dependencies`` and pytest. pip reads its usual settings (``PIP_INDEX_URL``,
-  ``PIP_FIND_LINKS``), so a local index works offline.
+  ``PIP_FIND_LINKS``), so a local index works offline. When the project declares a file its build generates (a
+  hatch-vcs or setuptools-scm version file), its own install (``pip install --no-deps -e .``) runs after them.
+
+Either way the files the install generated in the checkout (a ``_version.py``, a compiled extension) are kept beside
+the virtualenv and copied into every workspace (:mod:`.generated`); a declared one the install did not write is an
+infrastructure failure.
 
 Neither sees claw's packages (no system site packages, no path file), so pytest loads only the repository's own
 plugins: a suite whose config sets ``filterwarnings = error`` is not broken by a plugin claw happens to have. A
@@ -29,21 +34,21 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from claw_envs.cache import cached
 from claw_envs.core import InfraFailure
-from claw_envs.swe.repos import dir_name, git, locked
+from claw_envs.swe import generated
+from claw_envs.swe.repos import dir_name, git
 
 INSTALL_TIMEOUT = 1800.0
-BUILDER = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-"""This module's code, in every key: a change to how environments are built rebuilds them."""
+BUILDER = hashlib.sha256(Path(__file__).read_bytes() + Path(generated.__file__).read_bytes()).hexdigest()[:12]
+"""This module's code and :mod:`.generated`'s, in every key: a change to how environments are built rebuilds them."""
 TEST_NAMES = ("test", "tests", "testing")
 REQUIREMENT_FILES = (
     "requirements/test*.txt",
@@ -60,10 +65,13 @@ _SCRUBBED = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIR
 
 @dataclass(frozen=True)
 class InstanceEnv:
-    """A built environment: its virtualenv and the ``PYTHONPATH`` entries its tests need inside the sandbox."""
+    """A built environment: its virtualenv, the ``PYTHONPATH`` entries its tests need inside the sandbox, and the
+    files its install generated in the checkout (:mod:`.generated`: their folder, or None when there are none)."""
 
     venv: Path
     pythonpath: tuple[str, ...]
+    generated: Path | None = None
+    generated_files: tuple[str, ...] = ()
 
 
 @functools.cache
@@ -92,26 +100,12 @@ def instance_env(
     root: Path, repo: str, commit: str, install: str | None, mirror: Path, python: str = sys.executable
 ) -> InstanceEnv:
     """The cached environment of ``repo`` at ``commit`` (built on first use; blocking)."""
-    envs = root / "envs"
-    envs.mkdir(parents=True, exist_ok=True)
-    link = envs / f"{dir_name(repo)}-{env_key(repo, commit, install, python, interpreter_version(python))}"
-    with locked(root / "locks" / f"env-{link.name}.lock"):
-        if _usable(link):
-            return _read(link)
-        build = Path(tempfile.mkdtemp(prefix=f"{link.name}.", dir=envs))
-        try:
-            _build(build, repo=repo, commit=commit, install=install, mirror=mirror, python=python)
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)
-            raise
-        old = os.readlink(link) if link.is_symlink() else None
-        staged = envs / f".{link.name}.link"
-        staged.unlink(missing_ok=True)
-        staged.symlink_to(build.name)
-        os.replace(staged, link)  # atomic: the old environment or the new one, never neither
-        if old and old != build.name:
-            shutil.rmtree(envs / old, ignore_errors=True)
-        return _read(link)
+    key = f"{dir_name(repo)}-{env_key(repo, commit, install, python, interpreter_version(python))}"
+
+    def build(folder: Path) -> None:
+        _build(folder, repo=repo, commit=commit, install=install, mirror=mirror, python=python)
+
+    return _read(cached(root / "envs", key, build, complete=_usable))
 
 
 def _usable(link: Path) -> bool:
@@ -122,7 +116,8 @@ def _usable(link: Path) -> bool:
 def _read(link: Path) -> InstanceEnv:
     real = link.resolve()
     record = json.loads((real / RECORD).read_text(encoding="utf-8"))
-    return InstanceEnv(real / "venv", tuple(record["pythonpath"]))
+    files = tuple(record.get("generated") or ())
+    return InstanceEnv(real / "venv", tuple(record["pythonpath"]), real / "generated" if files else None, files)
 
 
 def _build(dest: Path, *, repo: str, commit: str, install: str | None, mirror: Path, python: str) -> None:
@@ -137,6 +132,7 @@ def _build(dest: Path, *, repo: str, commit: str, install: str | None, mirror: P
     pip = [sys.executable, "-m", "pip", "--python", python_in] if claw_pip else [python_in, "-m", "pip"]
     pip += ["install", "--disable-pip-version-check"]
     environ = _venv_environ(venv)
+    declared = generated.declared_files(src)
     if install:
         if claw_pip:  # the install's own `pip install ...` needs a pip inside
             _run([*pip, "pip"], cwd=src, log=log, what="pip install of pip", env=environ)
@@ -146,6 +142,11 @@ def _build(dest: Path, *, repo: str, commit: str, install: str | None, mirror: P
         requirements = declared_requirements(src)
     if requirements:
         _run([*pip, *requirements], cwd=src, log=log, what="pip install of the test dependencies", env=environ)
+    if declared and not install:  # the files its build writes, as SWE-bench's own install of the repository makes
+        what = "the repository's own install (pip install --no-deps -e .)"
+        _run([*pip, "--no-deps", "-e", str(src)], cwd=src, log=log, what=what, env=environ)
+    generated.check_declared(src, declared, install)
+    carried = generated.carry(src, dest / "generated", declared)
     src_layout = (src / "src").is_dir() and any((src / "src").glob("*/__init__.py"))
     record = {
         "repo": repo,
@@ -154,6 +155,7 @@ def _build(dest: Path, *, repo: str, commit: str, install: str | None, mirror: P
         "install": install,
         "requirements": requirements,
         "pythonpath": ["/testbed/src", "/testbed"] if src_layout else ["/testbed"],
+        "generated": carried,
         "builder": BUILDER,
     }
     (dest / RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

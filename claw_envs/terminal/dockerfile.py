@@ -16,8 +16,14 @@ Each ``RUN`` line is split into its commands (at ``&&`` and ``;``) and each comm
   /var/lib/apt/lists/*``, ``pip install --upgrade pip``, ``--version`` checks, ``mkdir /tests``);
 * **skipped** — image setup the local backend does not do, recorded with why (a PPA, ``update-alternatives``,
   the uv installer, locales, users): the task then runs in an approximate environment;
+* **alias** — a link into a system ``bin`` folder (``ln -s /usr/bin/python3 /usr/bin/python``): met by the task's
+  environment when this machine has the program it names (:mod:`.provision`);
 * **unsupported** — what only an image build can do (downloads, writes outside the workdir, other package
   managers): the task is refused, naming the line and why.
+
+Files ``COPY``'d outside the workdir (``/data``, ``/opt``, ``/var/log``…) are ``shown``: read-only at their container
+paths; a ``mkdir`` of such a place (or a folder above it) is met by them. ``/tmp`` destinations are written into the
+sandbox's ``/tmp``. System folders (``/usr``, ``/etc``…) and the places the sandbox keeps for itself stay refused.
 """
 
 from __future__ import annotations
@@ -60,8 +66,12 @@ SKIPPED = {
     "ldconfig": "refreshes the image's library cache",
     "mandb": "indexes the image's manual pages",
 }
+_COMPOUND = re.compile(r"^(?:if|then|else|elif|fi|for|while|until|do|done|case|esac)(?=\s|$)")
 _KEEP_OUT = ("/tests", "/logs")
 _SCRATCH = ("/tmp", "/var/tmp")
+BIN_DIRS = ("/usr/local/bin", "/usr/local/sbin", "/usr/bin", "/bin", "/usr/sbin", "/sbin")
+NOT_SHOWN = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev", "/sys", "/home")
+"""Where a file outside the workdir cannot be shown: this machine's own system folders, and home (the sandbox's)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,8 @@ def read_dockerfile(
         "pip_options": [],
         "skipped": [],
         "unsupported": [],
+        "aliases": [],
+        "shown": [],
     }
     if not path.is_file():
         return out
@@ -141,12 +153,9 @@ def read_dockerfile(
         elif ins.word == "RUN":
             steps.append((workdir, ins))
     out["workdir"] = workdir
+    _place_copies(out, workdir)
     for at, ins in steps:
         _run(ins, at, workdir, folder, out)
-    for src, dest in out["copies"]:
-        if not _under(dest, workdir):
-            out["unsupported"].append(f"COPY {src} {dest} (the local backend shows only the workdir {workdir})")
-    out["copies"] = [[src, dest] for src, dest in out["copies"] if _under(dest, workdir)]
     for dest, _text in out["inline_files"]:
         if not _under(dest, workdir):
             out["unsupported"].append(f"COPY <<heredoc {dest} (the local backend shows only the workdir {workdir})")
@@ -160,8 +169,13 @@ def _run(ins: Instruction, at: str, workdir: str, folder: Path, out: dict[str, A
         out["setup"].append(_in_dir(at, workdir, ins.heredocs[0]))
         return
     kept = []
-    for command in split_commands(ins.args):
-        kind, detail = classify(command, at, workdir)
+    shown = tuple(dest for _src, dest in out["shown"])
+    commands = split_commands(ins.args)
+    if any(_COMPOUND.match(c) for c in commands):  # if/for/while…: run as written, once nothing in it is refused
+        _compound(ins, commands, (at, workdir, shown), out)
+        return
+    for command in commands:
+        kind, detail = classify(command, at, workdir, shown)
         if kind == "apt":
             out["apt"].extend(name for name in detail if name not in out["apt"])
         elif kind == "pip":
@@ -170,15 +184,33 @@ def _run(ins: Instruction, at: str, workdir: str, folder: Path, out: dict[str, A
             kept.append(command)
         elif kind == "skipped":
             out["skipped"].append(f"{command} ({detail})")
+        elif kind == "alias":
+            out["aliases"].append([*detail, command])
         elif kind == "unsupported":
             out["unsupported"].append(f"{ins.line} ({detail})")
     if kept:
         out["setup"].append(_in_dir(at, workdir, " && ".join(kept)))
 
 
-def classify(command: str, at: str, workdir: str) -> tuple[str, Any]:
+def _compound(ins: Instruction, commands: list[str], where: tuple[str, str, tuple[str, ...]], out: dict) -> None:
+    """A ``RUN`` with shell compounds (``if … then … fi``): kept whole as setup, unless a command in it is refused
+    or installs packages (which cannot be taken out of it)."""
+    at, workdir, shown = where
+    for command in commands:
+        kind, detail = classify(_COMPOUND.sub("", command).strip() or ":", at, workdir, shown)
+        if kind == "unsupported":
+            out["unsupported"].append(f"{ins.line} ({detail})")
+            return
+        if kind in ("apt", "pip", "alias"):
+            out["unsupported"].append(f"{ins.line} (installs inside a shell if/for/while, which is not taken apart)")
+            return
+    out["setup"].append(_in_dir(at, workdir, ins.args))
+
+
+def classify(command: str, at: str, workdir: str, shown: tuple[str, ...] = ()) -> tuple[str, Any]:
     """``(kind, detail)`` of one command of a ``RUN`` line run in ``at``: apt (the packages), pip, setup, ignored,
-    skipped or unsupported (why)."""
+    skipped, alias (``[link, target]``) or unsupported (why); ``shown`` are the places outside the workdir that
+    ``COPY`` fills."""
     parts = pipeline(command)
     words = argv(parts[0])
     prog = program(words)
@@ -219,13 +251,15 @@ def classify(command: str, at: str, workdir: str) -> tuple[str, Any]:
     if prog in ("systemctl", "service"):
         return "unsupported", "starts a system service"
     if prog in FILE_PROGRAMS:
-        return _file_command(prog, words, at, workdir)
+        return _file_command(prog, words, at, workdir, shown)
     return "setup", None
 
 
-def _file_command(prog: str, words: list[str], at: str, workdir: str) -> tuple[str, Any]:
+def _file_command(prog: str, words: list[str], at: str, workdir: str, shown: tuple[str, ...]) -> tuple[str, Any]:
     """A command that writes files: setup when it writes only in the workdir or /tmp."""
     args = [w for w in words[1:] if not w.startswith("-")]
+    if prog == "ln" and len(args) >= 2 and (alias := _alias(args[0], args[-1])):
+        return "alias", alias
     if prog == "chmod":
         args = args[1:]  # the mode
     elif prog in ("cp", "install", "ln"):
@@ -234,13 +268,58 @@ def _file_command(prog: str, words: list[str], at: str, workdir: str) -> tuple[s
     outside = [p for p in paths if not _under(p, workdir) and not any(_under(p, s) for s in _SCRATCH)]
     if not outside:
         return "setup", None
+    if prog == "mkdir" and shown:  # a folder the Dockerfile's COPY fills (shown read-only) is there already
+        outside = [p for p in outside if not any(_under(s, p) for s in shown)]
+        if not outside:
+            return "ignored", "makes a folder the Dockerfile's COPY fills (shown read-only)"
     if prog == "rm" and all(p.startswith(("/var/lib/apt/lists", "/var/cache", "/root/.cache")) for p in outside):
         return "ignored", HOUSEKEEPING["rm"]
     if prog == "mkdir" and all(any(_under(p, k) for k in _KEEP_OUT) for p in outside):
         return "ignored", HOUSEKEEPING["mkdir"]
     if prog == "ln" and all(p.startswith("/etc/localtime") for p in outside):
         return "skipped", "sets the image's timezone; the sandbox runs UTC"
+    if prog == "chmod" and all(any(_under(p, s) for s in shown) for p in outside):
+        return "skipped", "sets the mode of a file shown read-only; it keeps the mode it has in the task folder"
     return "unsupported", f"writes {outside[0]} outside the workdir {workdir}"
+
+
+def _alias(target: str, link: str) -> list[str] | None:
+    """``[link path, target]`` when ``ln`` makes a link in a system ``bin`` folder (``None`` otherwise)."""
+    if link.rstrip("/") in BIN_DIRS:
+        link = posixpath.join(link, posixpath.basename(target))
+    if posixpath.dirname(link) not in BIN_DIRS or not posixpath.basename(link):
+        return None
+    return [link, target]
+
+
+def _place_copies(out: dict[str, Any], workdir: str) -> None:
+    """Keep the copies into the workdir or /tmp; move those elsewhere to ``shown`` (read-only at their paths), or to
+    ``unsupported`` where nothing can be shown (see the module docstring)."""
+    kept = []
+    for src, dest in out["copies"]:
+        if _under(dest, workdir) or _under(dest, "/tmp"):
+            kept.append([src, dest])
+        elif why := _not_shown(dest, workdir):
+            out["unsupported"].append(f"COPY {src} {dest} ({why})")
+        else:
+            out["shown"].append([src, dest])
+    out["copies"] = kept
+    for dest, _text in out["inline_files"]:
+        if not (_under(dest, workdir) or _under(dest, "/tmp")):
+            out["unsupported"].append(f"COPY <<heredoc {dest} (the local backend writes only the workdir and /tmp)")
+    out["inline_files"] = [item for item in out["inline_files"] if _under(item[0], workdir) or _under(item[0], "/tmp")]
+    dests = sorted(dest for _src, dest in out["shown"])
+    nested = {d for d in dests if any(d != o and _under(d, o) for o in dests)}
+    for src, dest in [c for c in out["shown"] if c[1] in nested]:
+        out["unsupported"].append(f"COPY {src} {dest} (inside a folder copied outside the workdir, shown read-only)")
+    out["shown"] = [c for c in out["shown"] if c[1] not in nested]
+
+
+def _not_shown(dest: str, workdir: str) -> str | None:
+    """Why a file cannot be shown at ``dest`` outside the workdir, or ``None``."""
+    if any(_under(dest, k) for k in (*NOT_SHOWN, *_KEEP_OUT, "/var/tmp")) or _under(workdir, dest):
+        return f"{dest}: the local backend cannot place files among this machine's system folders or the sandbox's own"
+    return None
 
 
 def _pip(command: str, at: str, folder: Path, out: dict[str, Any], line: str) -> None:
@@ -252,7 +331,7 @@ def _pip(command: str, at: str, folder: Path, out: dict[str, Any], line: str) ->
     out["pip"].extend(name for name in pip.requirements if name != "pip" and name not in out["pip"])
     out["pip_options"] += [o for o in pip.options if o not in out["pip_options"]]
     for file in pip.files:
-        host = _host_of(posixpath.normpath(posixpath.join(at, file)), out["copies"], folder)
+        host = _host_of(posixpath.normpath(posixpath.join(at, file)), [*out["copies"], *out["shown"]], folder)
         if host is None:
             out["unsupported"].append(f"{line} (reads {file}, which is not a file COPY'd from the build context)")
             continue

@@ -1,34 +1,25 @@
 """``claw/Terminal-v0``: do a small job in a Linux shell, one command per turn, then say you are done.
 
-Each turn the model either runs ONE command — a call of the ``bash`` tool (Hermes ``<tool_call>`` or OpenAI
-``tool_calls``) or a single fenced ```bash block — or replies in words with no command, which means "done".
-The task's check (a shell command, exit 0 = solved) then runs in the sandbox and ends the episode; it also
-runs when ``max_turns`` (8) turns are used up.
+Each turn the model runs ONE command — a ``bash`` tool call (Hermes ``<tool_call>`` or OpenAI ``tool_calls``) or a
+fenced ```bash block — or replies in words with no command ("done"): the task's check (exit 0 = solved) then runs
+and ends the episode; it also runs when ``max_turns`` (8) turns are used up.
 
 Step signals (``info["next_state"]``):
 
-* Command turn: ``role="tool"``, the text is stdout, stderr (head and tail when long) and ``returncode=N``;
-  ``evaluative`` is +0.5 for exit 0, 0 for exit 0 with output cut, -1 for a non-zero exit or a timeout
-  (see :mod:`.signals`); ``directive`` quotes the error line and says what it means. In ``info["messages"]``
-  a tool call is stored in OpenAI form and answered by a ``tool`` message; a ```bash block stays as written
-  and is answered by a ``user`` message.
-* Final turn: ``role="environment"``, the check's verdict; ``outcome`` is 1.0 (solved) or 0.0, ``reward`` the
-  same; ``evaluative`` is +1 if solved and -1 if not (claiming to be done when the task is not); tags
-  ``tests=1/1`` or ``tests=0/1``.
-* A turn the env cannot act on (malformed or unknown tool call, two commands, an empty turn, JSON nested over
-  32 deep, a turn over 2**20 characters, a command over ``max_command_bytes`` or holding a NUL): -1 with a
-  directive, nothing runs, the episode goes on.
+* Command turn: ``role="tool"``, the output and ``returncode=N``; ``evaluative`` +0.5 for exit 0, 0 when the output
+  is cut, -1 for a non-zero exit or a timeout (:mod:`.signals`); ``directive`` quotes the error line.
+* Final turn: ``role="environment"``, the check's verdict; ``outcome`` and ``reward`` 1.0 (solved) or 0.0;
+  ``evaluative`` +1 if solved, -1 if not (claiming to be done when it is not); tags ``tests=1/1`` or ``tests=0/1``.
+* A turn the env cannot act on (a malformed or unknown tool call, two commands, an empty turn, limits passed):
+  -1 with a directive, nothing runs, the episode goes on.
 * Turn limit: the last turn's next state also carries the check's ``tests=`` tag and ``outcome`` (``reward``
   the same), and ``info["check"]`` says how the check went.
 
-Each episode gets a fresh sandbox (``claw_envs.sandbox``, ``local`` bubblewrap by default, ``docker`` when
-asked) whose working directory holds the task's files; a sandbox that fails is an infrastructure failure
-(``info["status"] == "sandbox_failure"``), never the agent's fault.
+Each episode gets a fresh sandbox (``claw_envs.sandbox``, local bubblewrap or docker); a sandbox that fails is an
+infrastructure failure (``info["status"] == "sandbox_failure"``), never the agent's fault.
 
-**Shell.** ``shell="persistent"`` (the default on the local backend) runs the episode's commands in one long-lived
-bash (:class:`~claw_envs.sandbox.shell.PersistentShell`): ``cd``, variables and background jobs carry across turns.
-A command past its timeout, or a shell that exits, is answered with a note that a new shell starts with the next
-command; the agent's processes end before the check runs. ``shell="oneshot"`` runs each command in a fresh shell.
+**Shell.** ``shell="persistent"`` (local default) keeps one bash per episode
+(:class:`~claw_envs.sandbox.shell.PersistentShell`); ``"oneshot"`` runs each command in a fresh shell.
 
 **Task folders** (:mod:`.folders`, Harbor or Terminal-Bench 1 layout): the workspace sits at the task's workdir
 (``/app``), the hidden tests grade it (:mod:`.grading`); the outcome is the fraction of tests passed (Harbor: the
@@ -36,8 +27,9 @@ number in ``reward.txt``), the reward is ``2·outcome − 1``, the final ``evalu
 directive) when the agent declared an unfinished task done; ``info["grading"]`` holds the per-test results. The
 agent's time for the episode (``[agent] timeout_sec``) caps its commands; when it is used up the episode ends and
 the tests run. The environment is provisioned from the Dockerfile (:mod:`.provision`): ``info["environment"]`` at
-reset says how, ``info["approximations"]`` what is only approximated; a task this machine cannot provision is an
-infrastructure failure naming what it lacks.
+reset says how, ``info["approximations"]`` what is only approximated, ``info["refused"]`` what this machine lacks
+(its first command is then an infrastructure failure naming it; :meth:`TerminalEnv.provision_system` installs
+missing apt packages when asked).
 """
 
 from __future__ import annotations
@@ -46,7 +38,7 @@ import asyncio
 import copy
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from claw_envs.core import (
@@ -78,7 +70,8 @@ from claw_envs.shell_turns import (
 from claw_envs.tasks import Task, TaskSource, TaskSourceLike
 from claw_envs.terminal.demos import demonstrations
 from claw_envs.terminal.grading import Verdict, grade_folder, network_line, prepare_folder
-from claw_envs.terminal.provision import Environments, Plan, build, plan
+from claw_envs.terminal.provision import Environments, Plan, build, install_command, plan
+from claw_envs.terminal.system import Provisioned, missing_packages, provision
 from claw_envs.terminal.tasks import builtin_tasks, solution_commands, validate
 from claw_envs.terminal.venvs import VenvError
 
@@ -193,6 +186,7 @@ class TerminalEnv(ClawEnv):
         if self._plan is not None:
             info["environment"] = self._plan.to_info()
             info["approximations"] = list(self._plan.approximations)
+            info.update({"refused": self._plan.problem} if self._plan.problem else {})
         return Opening(observation=messages[-1]["content"], messages=messages, info=info)
 
     async def _act(self, action: str) -> Transition:
@@ -440,6 +434,15 @@ class TerminalEnv(ClawEnv):
     def null_action(self) -> str | None:
         """Declare the task done without running anything."""
         return "The task is done."
+
+    def has_reference(self, task_id: str) -> bool:
+        """Whether the task has a solution for :meth:`reference_action` to play (many task folders ship none)."""
+        return bool(solution_commands(self.tasks.get(task_id).data))
+
+    def provision_system(self, task_ids: Iterable[str], *, install: bool = False) -> Provisioned:
+        """The apt packages these tasks need and this machine lacks, installed when ``install`` (:mod:`.system`)."""
+        missing = missing_packages(dict(self.tasks.get(t).data) for t in task_ids)
+        return provision(missing) if install else Provisioned(missing, command=install_command(missing))
 
     def demonstrations(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
         """Solution turns on built-in training tasks, from real runs (:func:`.demos.demonstrations`)."""

@@ -11,7 +11,8 @@ Read from the metadata: the instruction; ``[agent] timeout_sec`` / ``max_agent_t
 the episode); ``[verifier] timeout_sec`` / ``max_test_timeout_sec`` (the tests' time). From the Dockerfile: see
 :mod:`.dockerfile`. From the test script and the solution: the packages they ``pip install`` (``test_pip``,
 ``solution_pip``; see :mod:`.provision`). A folder whose metadata is missing or malformed, or that has no tests,
-raises ``ValueError`` naming the folder and the fault.
+raises ``ValueError`` naming the folder and the fault: :class:`HalfTask` when it is half a task (no instruction or
+no tests), which a folder of many tasks skips, naming it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from claw_envs.terminal.shellwords import argv, pip_install, pipeline, script_co
 
 DEFAULT_VERIFIER_TIMEOUT = 600.0
 _TB1_PRIVATE = {"task.yaml", "run-tests.sh", "solution.sh", "solution.yaml", "tests", "Dockerfile"}
+
+
+class HalfTask(ValueError):
+    """A folder that is half a task: its instruction or its tests are missing."""
 
 
 def is_task_folder(path: Path) -> bool:
@@ -72,7 +77,7 @@ def _harbor(folder: Path) -> dict[str, Any]:
     if not meta_path.is_file():
         raise ValueError(f"{folder}: a Harbor task folder needs task.toml next to instruction.md")
     if not (folder / "instruction.md").is_file():
-        raise ValueError(f"{folder}: a Harbor task folder needs instruction.md next to task.toml")
+        raise HalfTask(f"{folder}: a Harbor task folder needs instruction.md next to task.toml")
     try:
         meta = tomllib.loads(meta_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
@@ -80,7 +85,7 @@ def _harbor(folder: Path) -> dict[str, Any]:
     verifier = _table(meta, "verifier", meta_path)
     agent = _table(meta, "agent", meta_path)
     if not (folder / "tests" / "test.sh").is_file():
-        raise ValueError(f"{folder}: no tests (tests/test.sh is missing)")
+        raise HalfTask(f"{folder}: no tests (tests/test.sh is missing)")
     solution = folder / "solution" / "solve.sh"
     dockerfile = folder / "environment" / "Dockerfile"
     return {
@@ -112,7 +117,7 @@ def _tb1(folder: Path) -> dict[str, Any]:
         raise ValueError(f"{meta_path}: parser_name {parser!r} is not supported (only pytest)")
     run_tests, helpers = _tb1_test_scripts(folder, meta, meta_path)
     if run_tests is None or not (folder / "tests").is_dir():
-        raise ValueError(f"{folder}: no tests (run-tests.sh and tests/ are both needed)")
+        raise HalfTask(f"{folder}: no tests (run-tests.sh and tests/ are both needed)")
     steps = None
     if (folder / "solution.yaml").is_file():
         steps = _solution_steps(folder / "solution.yaml")

@@ -138,8 +138,9 @@ async def prepare_folder(sandbox: Sandbox, data: dict[str, Any], timeout: float,
     for command in [*commands, *data.get("setup", [])]:
         done = await sandbox.arun(command, timeout=timeout, env=env)
         if not done.ok:
+            needs = f"needs the network ({line}); " if (line := network_line(done.stdout + done.stderr)) else ""
             raise InfraFailure(
-                f"the task's setup `{command[:200]}` failed (exit {done.returncode}): {done.stderr[-500:]}"
+                f"the task's setup {needs}`{command[:200]}` failed (exit {done.returncode}): {done.stderr[-500:]}"
             )
 
 

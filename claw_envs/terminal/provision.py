@@ -11,9 +11,13 @@
   network, so it is installed ahead). The **tests** get a second virtualenv: the same, plus what the test script
   installs and pytest (this installation's pytest, whatever version the script pins; reporting plugins such as
   ``pytest-json-ctrf`` are left out, their options are not passed).
-* What cannot be met — a missing package, a line only an image build can do — refuses the task with one line
-  naming each missing thing; what is only approximated (a skipped line, a missing harness tool, another Python
-  version) is listed in ``approximations``: the oracle check reports such a task apart from a clean pass.
+* Links into a system ``bin`` folder are met by the task's environment (:mod:`.aliases`); files the Dockerfile copies
+  outside the workdir are shown read-only at their paths (:mod:`.dockerfile`).
+* What cannot be met — a missing package, a line only an image build can do, a workdir where the sandbox keeps its
+  own folders — refuses the task with one line naming each missing thing (missing apt packages with the command
+  that installs them, see :mod:`.system`); what is only approximated (a skipped line, a missing harness tool,
+  another Python version, a link, a file shown read-only) is listed in ``approximations``: the oracle check reports
+  such a task apart from a clean pass.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from claw_envs.terminal.venvs import ensure_venv
+from claw_envs.sandbox.layout import checked_workspace
+from claw_envs.terminal.aliases import alias_folder, resolve
+from claw_envs.terminal.venvs import cache_root, ensure_venv
 
 DPKG_STATUS = Path("/var/lib/dpkg/status")
 BIN_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin")
@@ -69,6 +75,9 @@ class Plan:
     options: tuple[str, ...]
     approximations: tuple[str, ...]
     problem: str | None
+    missing_apt: tuple[str, ...] = ()
+    links: tuple[tuple[str, str], ...] = ()
+    shown: tuple[tuple[str, str], ...] = ()
 
     def to_info(self) -> dict[str, Any]:
         """JSON-friendly, for ``info["environment"]``."""
@@ -78,6 +87,9 @@ class Plan:
             "test_pip": list(self.test_requirements),
             "approximations": list(self.approximations),
             "problem": self.problem,
+            "missing_apt": list(self.missing_apt),
+            "links": dict(self.links),
+            "shown": [inside for _host, inside in self.shown],
         }
 
 
@@ -87,16 +99,20 @@ class Environments:
 
     agent: Path
     tests: Path
+    links: Path | None = None
+    shown: tuple[tuple[str, str], ...] = ()
 
     def binds(self) -> list[tuple[str, str]]:
-        """Both folders, read-only at their own paths (their scripts name their interpreter by path)."""
-        return [(str(p), str(p)) for p in dict.fromkeys((self.agent, self.tests))]
+        """Both folders and the links' folder, read-only at their own paths (their scripts name their interpreter by
+        path), and the files shown outside the workdir at theirs."""
+        own = [p for p in dict.fromkeys((self.agent, self.tests, self.links)) if p is not None]
+        return [*((str(p), str(p)) for p in own), *self.shown]
 
     def command_env(self, data_env: Mapping[str, str], *, tests: bool = False) -> dict[str, str]:
-        """A command's environment: the virtualenv's ``bin`` first on ``PATH``, then the Dockerfile's ``ENV``
-        (``$PATH`` in it is this ``PATH``)."""
+        """A command's environment: the virtualenv's ``bin`` first on ``PATH`` (then the links' folder), then the
+        Dockerfile's ``ENV`` (``$PATH`` in it is this ``PATH``)."""
         venv = self.tests if tests else self.agent
-        path = ":".join([str(venv / "bin"), *BIN_DIRS])
+        path = ":".join([str(venv / "bin"), *([str(self.links)] if self.links else []), *BIN_DIRS])
         env = {"PATH": path, "VIRTUAL_ENV": str(venv), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         for key, value in data_env.items():
             env[key] = re.sub(r"\$\{?PATH\}?", lambda _m: path, value) if key == "PATH" else value
@@ -141,28 +157,51 @@ def plan(data: Mapping[str, Any]) -> Plan:
     test_reqs = [*env_reqs, *(_runner(r) for r in data.get("test_pip", []) if _key(r) not in REPORTING_PLUGINS)]
     if "pytest" not in {_key(r) for r in test_reqs}:
         test_reqs.append("pytest")
-    problem = _problem(list(data.get("unsupported", [])), missing)
+    links = resolve(data.get("aliases", []))
+    folder = Path(str(data.get("folder", ".")))
+    copied = list(data.get("shown", []))
+    shown = tuple((str(folder / src), dest) for src, dest in copied)
+    approximations += [*links.notes, *(f"COPY {src} {dest}: shown read-only there" for src, dest in copied)]
+    unsupported = [*_workdir_problem(data), *links.missing, *data.get("unsupported", [])]
     return Plan(
         apt,
         tuple(dict.fromkeys(env_reqs)),
         tuple(dict.fromkeys(test_reqs)),
         tuple(data.get("pip_options", [])),
         tuple(approximations),
-        problem,
+        _problem(unsupported, missing),
+        tuple(missing),
+        links.links,
+        shown,
     )
 
 
 def build(p: Plan) -> Environments:
-    """Build (or take from the cache) the plan's two virtualenvs; :class:`~.venvs.VenvError` when pip fails."""
-    return Environments(ensure_venv(p.env_requirements, p.options), ensure_venv(p.test_requirements, p.options))
+    """Build (or take from the cache) the plan's two virtualenvs and its links' folder; :class:`~.venvs.VenvError`
+    when pip fails."""
+    links = alias_folder(p.links, cache_root()) if p.links else None
+    agent, tests = ensure_venv(p.env_requirements, p.options), ensure_venv(p.test_requirements, p.options)
+    return Environments(agent, tests, links, p.shown)
+
+
+def _workdir_problem(data: Mapping[str, Any]) -> list[str]:
+    """Why the local sandbox cannot hold the task's workdir (``/home/user``, ``/root``, ``/tmp``…), if it cannot."""
+    workdir = str(data.get("workdir", "/app"))
+    try:
+        checked_workspace(workdir)
+    except ValueError:
+        where = "this machine's system folders or the sandbox's own /home, /root, /tmp and /var"
+        return [f"WORKDIR {workdir}: the local sandbox cannot hold a workdir there ({where})"]
+    return []
 
 
 def _problem(unsupported: Sequence[str], missing: Sequence[str]) -> str | None:
     """One line naming everything the task needs that this machine cannot give, or ``None``."""
     parts = []
     if missing:
-        parts.append(f"apt packages not installed here: {', '.join(missing)}")
-    parts += [f"Dockerfile `{line}`" for line in unsupported[:3]]
+        command = install_command(missing)
+        parts.append(f"apt packages not installed here: {', '.join(missing)} (install: `{command}`)")
+    parts += [line if line.startswith(("WORKDIR", "`")) else f"Dockerfile `{line}`" for line in unsupported[:3]]
     if len(unsupported) > 3:
         parts.append(f"and {len(unsupported) - 3} more Dockerfile lines")
     if not parts:
@@ -194,6 +233,16 @@ def host_package(name: str) -> str | None:
         if os.access(os.path.join(folder, name), os.X_OK):
             return f"{folder}/{name} is here"
     return None
+
+
+def install_command(names: Sequence[str]) -> str:
+    """The one command that installs the apt packages ``names``."""
+    return "apt-get install -y --no-install-recommends " + " ".join(sorted(set(names)))
+
+
+def forget_dpkg() -> None:
+    """Read dpkg's status again at the next check (after an install)."""
+    _dpkg.cache_clear()
 
 
 @functools.cache

@@ -21,12 +21,13 @@ in ``task_folders/``.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from claw_envs.tasks import Task, TaskList, load_jsonl
-from claw_envs.terminal.folders import is_task_folder, read_folder
+from claw_envs.terminal.folders import HalfTask, is_task_folder, read_folder
 
 REQUIRED = {"instruction": str, "check": str}
 OPTIONAL = {"files": dict, "setup": str, "solution": list}
@@ -319,10 +320,19 @@ def load_tasks(path: str | Path, *, split: str = "test") -> TaskList:
     return tasks
 
 
+class FolderTasks(TaskList):
+    """Tasks read from task folders; ``skipped`` names the folders that are half a task, with why."""
+
+    def __init__(self, tasks: list[Task], split: str, skipped: list[tuple[str, str]] | None = None):
+        super().__init__(tasks, split)
+        self.skipped = list(skipped or [])
+
+
 def load_folders(path: Path, *, split: str = "test") -> TaskList:
     """One task folder, or every task folder inside ``path`` (sorted; hidden entries skipped). An entry that is a
     dataset rather than a task folder — a folder of task folders, or one with them in ``tasks/`` (TB1's layout) —
-    adds its tasks with ids ``<dataset>/<task>``."""
+    adds its tasks with ids ``<dataset>/<task>``. A folder that is half a task (no instruction or no tests) is
+    skipped and named in ``skipped`` (a warning too); one alone, or a folder of nothing else, is an error."""
     if is_task_folder(path):
         return TaskList([Task(path.resolve().name, split, read_folder(path))], split)
     found: list[tuple[str, Path]] = []
@@ -340,7 +350,18 @@ def load_folders(path: Path, *, split: str = "test") -> TaskList:
         )
     if not found:
         raise ValueError(f"{path}: no task folders in it (and it is not one)")
-    return TaskList([Task(task_id, split, read_folder(folder)) for task_id, folder in found], split)
+    tasks, skipped = [], []
+    for task_id, folder in found:
+        try:
+            tasks.append(Task(task_id, split, read_folder(folder)))
+        except HalfTask as err:
+            skipped.append((task_id, str(err).removeprefix(f"{folder.resolve()}: ")))
+    if skipped:
+        named = "; ".join(f"{name} ({why})" for name, why in skipped[:5])
+        if not tasks:
+            raise ValueError(f"{path}: no whole task in it: {named}")
+        warnings.warn(f"{path}: skipped {len(skipped)} folder(s) that are half a task: {named}", stacklevel=2)
+    return FolderTasks(tasks, split, skipped)
 
 
 def _subfolders(path: Path) -> list[Path]:

@@ -21,14 +21,13 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from claw_envs.locks import locked
+from claw_envs.cache import cached
 
 FORMAT = 2  # 2: seeded packages are byte-compiled
 READY = "claw-ready.json"
@@ -58,23 +57,12 @@ def ensure_venv(requirements: Sequence[str], options: Sequence[str] = (), *, roo
     seeds, rest = _seeds(reqs)
     root = root or cache_root()
     key = _key([str(r) for r in reqs], list(options), seeds)
-    link = root / key
-    with locked(root / "locks" / f"{key}.lock"):
-        if (link / READY).is_file():
-            return link.resolve()
-        _sweep(root, key)
-        build = root / "builds" / f"{key}-{uuid.uuid4().hex[:8]}"
-        build.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            _build(build, seeds, rest, list(options))
-            (build / READY).write_text(json.dumps({"requirements": [str(r) for r in reqs], "options": list(options)}))
-            tmp = root / f".{key}.{uuid.uuid4().hex[:8]}"
-            os.symlink(build, tmp)
-            os.replace(tmp, link)  # the commit: the key points at a complete build, or at nothing
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)
-            raise
-    return build
+
+    def build(venv: Path) -> None:
+        _build(venv, seeds, rest, list(options))
+        (venv / READY).write_text(json.dumps({"requirements": [str(r) for r in reqs], "options": list(options)}))
+
+    return cached(root, key, build, complete=lambda path: (path / READY).is_file()).resolve()
 
 
 def _requirement(line: str) -> Requirement:
@@ -185,13 +173,3 @@ def _copy_distribution(dist: importlib.metadata.Distribution, site: Path, bin_di
             f"#!{bin_dir / 'python'}\nimport sys\nfrom {module} import {attr.split('.')[0]}\nsys.exit({attr}())\n"
         )
         script.chmod(0o755)
-
-
-def _sweep(root: Path, key: str) -> None:
-    """Remove builds of ``key`` that no symlink points at (left by a process that died while building)."""
-    for stale in (root / "builds").glob(f"{key}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for tmp in root.glob(f".{key}.*"):
-        tmp.unlink(missing_ok=True)
-    if (root / key).is_symlink() and not (root / key / READY).is_file():
-        (root / key).unlink()

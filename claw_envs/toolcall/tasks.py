@@ -6,11 +6,12 @@ has ``code``, a program that prints the answer (for scripted agents and demonstr
 * Named (from the Hugging Face hub through ``datasets``, only when asked): ``aime2024``
   (``HuggingFaceH4/aime_2024``, 30 problems), ``dapo-math`` (``BytedTsinghua-SIA/DAPO-Math-17k``, its
   repeated rows dropped by ``extra_info.index`` before any task is built), ``gsm8k`` (``openai/gsm8k``
-  test split, the number after ``####``).
+  test split, the number after ``####``). Without the hub (offline, or its host not answering) a name fails at
+  once, naming the local file of the same rows that works instead (``NamedDataset.local``; :mod:`claw_envs.hub`).
 * A JSONL or parquet path, with an optional field mapping after ``#``: ``data.jsonl#question=problem,
-  answer=final,id=uid`` (ours=theirs). Without one, ``question`` is the first of problem/question/prompt/
-  query, ``answer`` the first of answer/final_answer/ground_truth/target, else the last ``\\boxed{}`` of
-  ``solution``.
+  answer=final,id=uid`` (ours=theirs; a dotted name reaches into a nested field: ``answer=reward_model.
+  ground_truth``). Without one, ``question`` is the first of problem/question/prompt/query, ``answer`` the first
+  of answer/final_answer/ground_truth/target, else the last ``\\boxed{}`` of ``solution``.
 * ``builtin``: procedural arithmetic that needs the tool (big products, long sums, modular powers,
   digit sums of factorials); train and test come from disjoint seed ranges.
 """
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from claw_envs.hub import load_hub_dataset
 from claw_envs.tasks import ProceduralTasks, Task, TaskList, TaskSource, load_jsonl, load_rows
 from claw_envs.toolcall.boxed import last_boxed
 
@@ -48,6 +50,8 @@ class NamedDataset:
     clean: Callable[[Mapping[str, Any]], dict[str, Any]]
     config: str | None = None
     id_field: str | None = None
+    local: str = ""
+    """The ``--tasks`` value that reads a local file of the same rows (its field mapping), and a row's shape."""
 
 
 def gsm8k_answer(solution: str) -> str:
@@ -80,9 +84,30 @@ def _clean_gsm8k(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 NAMED: dict[str, NamedDataset] = {
-    "aime2024": NamedDataset("HuggingFaceH4/aime_2024", "train", _clean_aime, id_field="id"),
-    "dapo-math": NamedDataset("BytedTsinghua-SIA/DAPO-Math-17k", "train", _clean_dapo, id_field="extra_info.index"),
-    "gsm8k": NamedDataset("openai/gsm8k", "test", _clean_gsm8k, config="main"),
+    "aime2024": NamedDataset(
+        "HuggingFaceH4/aime_2024",
+        "train",
+        _clean_aime,
+        id_field="id",
+        local="aime_2024.jsonl#question=problem,answer=answer,id=id "
+        '(rows as on the hub: {"id": 60, "problem": "...", "answer": "204"})',
+    ),
+    "dapo-math": NamedDataset(
+        "BytedTsinghua-SIA/DAPO-Math-17k",
+        "train",
+        _clean_dapo,
+        id_field="extra_info.index",
+        local="dapo.jsonl#question=prompt,answer=reward_model.ground_truth,id=extra_info.index (the hub's rows: "
+        '{"prompt": [{"role": "user", "content": "..."}], "reward_model": {"ground_truth": "34"}, '
+        '"extra_info": {"index": "..."}})',
+    ),
+    "gsm8k": NamedDataset(
+        "openai/gsm8k",
+        "test",
+        _clean_gsm8k,
+        config="main",
+        local='gsm8k_test.jsonl#question=question,answer=answer (rows {"question": "...", "answer": "... #### 72"})',
+    ),
 }
 
 
@@ -120,9 +145,10 @@ def load_file(spec: str, *, split: str = "test") -> TaskList:
     tasks = []
     for i, task in enumerate(raw):
         data = _map_fields(task.data, ours_to_theirs, where=f"{path}: row {i + 1}")
-        if "id" in ours_to_theirs and id_field not in task.data:
+        found = _has(task.data, id_field)
+        if "id" in ours_to_theirs and not found:
             raise ValueError(f"{path}: row {i + 1}: no id field {id_field!r}")
-        tid = str(task.data[id_field]) if id_field in task.data else f"{path.stem}-{i}"
+        tid = str(_dotted(task.data, id_field)) if found else f"{path.stem}-{i}"
         tasks.append(Task(tid, split, data))
     return TaskList(tasks, split)
 
@@ -166,11 +192,8 @@ def make_arithmetic(seed: int) -> dict[str, Any]:
 
 def _load_named(name: str, split: str) -> TaskList:
     spec = NAMED[name]
-    try:
-        import datasets
-    except ImportError as err:  # pragma: no cover - depends on the install
-        raise RuntimeError(f"loading {name!r} from the Hugging Face hub needs `pip install datasets`") from err
-    return tasks_from_hub_rows(name, datasets.load_dataset(spec.hf_id, spec.config, split=spec.hf_split), split)
+    local = f"A local file of the same rows works in its place: --tasks {spec.local}."
+    return tasks_from_hub_rows(name, load_hub_dataset(spec.hf_id, spec.config, spec.hf_split, local_form=local), split)
 
 
 def tasks_from_hub_rows(name: str, ds: Any, split: str) -> TaskList:
@@ -191,6 +214,17 @@ def _dotted(row: Mapping[str, Any], path: str) -> Any:
     for part in path.split("."):
         value = value[part]
     return value
+
+
+def _has(row: Mapping[str, Any], path: str) -> bool:
+    """Whether ``row`` has the field ``path`` (dotted for nested fields; a name with a dot of its own counts too)."""
+    if path in row:
+        return True
+    try:
+        _dotted(row, path)
+    except (KeyError, TypeError, IndexError):
+        return False
+    return True
 
 
 def _parse_mapping(text: str) -> dict[str, str]:
@@ -222,9 +256,9 @@ def _map_fields(row: Mapping[str, Any], ours_to_theirs: Mapping[str, str], where
 
 def _pick(row: Mapping[str, Any], named: str | None, candidates: tuple[str, ...], where: str, what: str) -> Any:
     if named is not None:
-        if named not in row:
+        if not _has(row, named):
             raise ValueError(f"{where}: no field {named!r} for the {what} (fields: {', '.join(sorted(row))})")
-        return row[named]
+        return row[named] if named in row else _dotted(row, named)
     for name in candidates:
         if name in row:
             return row[name]
