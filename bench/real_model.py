@@ -102,9 +102,9 @@ def ours_generate(policy: Any, batch: list[list[int]], new: int, temperature: fl
 def lora_model(path: Path) -> Any:
     from peft import get_peft_model
 
-    from claw_train.config import TrainingConfig
+    from claw_train.options.tree import TrainingConfig
     from claw_train.policy.hf import from_pretrained_merged
-    from claw_train.trainer_options import lora_config
+    from claw_train.training.options import lora_config
 
     return get_peft_model(from_pretrained_merged(str(path)), lora_config(TrainingConfig(lora=True)))
 
@@ -113,7 +113,7 @@ def bare_train(path: Path, batch: list[tuple[list[int], list[int]]], lr: float) 
     """Seconds for one forward + backward + AdamW step of the LoRA model on ``batch`` (padded, completion loss)."""
     import torch
 
-    from claw_train.tiny_sft import collate
+    from claw_train.models.tiny_sft import collate
 
     model = lora_model(path).train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -129,11 +129,11 @@ def ours_train(path: Path, batch: list[tuple[list[int], list[int]]], lr: float) 
     its end (model loading and trainer set-up excluded)."""
     from transformers import AutoTokenizer, TrainerCallback
 
-    from claw_train.config import TrainingConfig
+    from claw_train.options.tree import TrainingConfig
     from claw_train.policy.hf import from_pretrained_merged
-    from claw_train.records import TrainSample, TurnRecord
-    from claw_train.trainer import ClawConfig, ClawTrainer, QueueSource
-    from claw_train.trainer_options import lora_config
+    from claw_train.samples.records import TrainSample, TurnRecord
+    from claw_train.training.options import lora_config
+    from claw_train.training.trainer import ClawConfig, ClawTrainer, QueueSource
 
     times: list[float] = []
 
@@ -180,10 +180,10 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
+    from claw_train.models.presets import preset
     from claw_train.policy.hf import from_pretrained_merged, load_tokenizer
     from claw_train.policy.inprocess import InProcessPolicy
     from claw_train.policy.loader import resolve_model
-    from claw_train.presets import preset
 
     torch.set_num_threads(args.threads)
     path = Path(resolve_model(args.model, progress=True))

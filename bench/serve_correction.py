@@ -210,7 +210,7 @@ def main() -> None:
     record.options(parser, "serve-correction")
     parser.add_argument("extra", nargs="*", help="more claw-serve options (after --)")
     args = parser.parse_args()
-    from claw_train.presets import preset
+    from claw_train.models.presets import preset
 
     temperature = preset(args.model).temperature
     port = free_port()

@@ -28,7 +28,7 @@ import record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from claw_train.tiny import bootstrap  # noqa: E402
+from claw_train.models.tiny import bootstrap  # noqa: E402
 from tests.security.test_serve_security import HealthProbe, big_body, make_server, raw_post, too_large  # noqa: E402
 
 

@@ -113,8 +113,8 @@ def _trainer(policy, model_path: str, phase: Phase, stop: threading.Event, args,
 
 
 def run(args: argparse.Namespace) -> list[Phase]:
+    from claw_train.models.tiny import build_tiny
     from claw_train.policy.inprocess import InProcessPolicy
-    from claw_train.tiny import build_tiny
 
     model_path = args.model or str(build_tiny())
     policy = InProcessPolicy(model_path, max_batch=args.max_batch, threads=args.serve_threads)

@@ -78,7 +78,7 @@ class TrainingDefaults:
     """claw-train: held-out evaluation every N updates (0: never)."""
     replay: float = 0.0
     """Tiny models: weight of the supervised loss on the family's own demonstrations added to every update
-    (``claw_train.replay``), which keeps what the bootstrap taught while the updates move the policy."""
+    (``claw_train.training.replay``), which keeps what the bootstrap taught while the updates move the policy."""
     bootstrap: Bootstrap = "demonstrations"
     """How ``--model tiny`` starts: trained briefly on the env's ``demonstrations()``, or ``none`` (untrained)."""
     bootstrap_steps: int | None = None

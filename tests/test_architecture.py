@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import claw_envs
-from claw_train import config
+from claw_train.options import tree
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-COMMANDS = {"claw-train": config.TrainArgs, "claw-eval": config.EvalArgs, "claw-serve": config.ServeArgs}
+COMMANDS = {"claw-train": tree.TrainArgs, "claw-eval": tree.EvalArgs, "claw-serve": tree.ServeArgs}
 FAMILY_NAMES = ("conversation", "toolcall", "terminal", "echo", "swe", "gui")
 CIRCLE_FREE = ("claw_envs", "judges", "claw_train")
 """The packages whose files import each other without a circle (:func:`test_no_import_circle_between_the_files_of`)."""
@@ -38,7 +38,7 @@ def helps() -> dict[str, str]:
 
 def _doc(cls: type, name: str) -> str:
     """The field's docstring as written under it in the config module."""
-    source = Path(config.__file__).read_text()
+    source = Path(tree.__file__).read_text()
     block = source[source.index(f"class {cls.__name__}") :]
     match = re.search(rf"\n    {name}: [^\n]*\n    \"\"\"(.*?)\"\"\"", block, re.S)
     assert match, f"{cls.__name__}.{name} has no docstring"
@@ -48,7 +48,7 @@ def _doc(cls: type, name: str) -> str:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_config_field_is_in_help_with_its_doc(helps, command):
     text = " ".join(helps[command].replace("│", " ").split())
-    for name, (section, field) in config.options(COMMANDS[command]).items():
+    for name, (section, field) in tree.options(COMMANDS[command]).items():
         flag = f"--{name.replace('_', '-')}"
         assert flag in text, f"{command} --help lacks {flag}"
         owner = next(
@@ -60,7 +60,7 @@ def test_every_config_field_is_in_help_with_its_doc(helps, command):
 
 
 def test_shared_options_have_the_same_names_and_defaults():
-    tables = {name: config.options(cls) for name, cls in COMMANDS.items()}
+    tables = {name: tree.options(cls) for name, cls in COMMANDS.items()}
     shared = set.intersection(*(set(t) for t in tables.values()))
     assert {"env", "model", "policy", "output_dir", "seed", "temperature", "max_new_tokens", "tasks"} <= shared
     for name in set().union(*tables.values()):
@@ -114,6 +114,24 @@ def _code_lines(source: str) -> list[str]:
                 line = lines[tok.start[0] - 1]
                 lines[tok.start[0] - 1] = line[: tok.start[1]] + '""' + line[tok.end[1] :]
     return ["" if i + 1 in blank else line for i, line in enumerate(lines)]
+
+
+def test_claw_trains_root_holds_at_most_12_modules():
+    """claw_train is in rooms by role (models, options, runlog, training, samples, pipeline, policy, serve, view,
+    evaluation, commands): its root keeps only what belongs to no room."""
+    root = sorted(p.name for p in (ROOT / "claw_train").glob("*.py"))
+    assert len(root) <= 12, root
+
+
+def test_no_function_is_over_80_lines():
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for package in ("claw_envs", "judges", "claw_train")
+        for path in sorted(ROOT.glob(f"{package}/**/*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert not long, "\n".join(long)
 
 
 def test_no_module_of_the_packages_is_over_450_lines():

@@ -14,7 +14,8 @@ pytest.importorskip("trl")
 import claw_envs
 from claw_envs import FamilySpec, InfraFailure, StepStatus
 from claw_envs.echo.env import EchoEnv
-from claw_train.config import TrainArgs, build
+from claw_train.options.resolve import build
+from claw_train.options.tree import TrainArgs
 from claw_train.pipeline import Pipeline
 from claw_train.pipeline.budget import InFlightBudget
 from claw_train.policy.base import Policy, PolicyError
@@ -142,7 +143,7 @@ def _balanced(result) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_every_path_of_a_lone_turn_gives_its_slot_back(tmp_path):
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     model = str(bootstrap("conversation", steps=2, progress=False))
     args = build(
@@ -161,7 +162,7 @@ def test_every_path_of_a_lone_turn_gives_its_slot_back(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_every_path_of_a_group_gives_its_slots_back(tmp_path):
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     spec = FamilySpec(name="flakyecho", env_id="claw/FlakyEcho-v0", entry_point="test_budget:FlakyEcho")
     claw_envs.register(spec)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from claw_train import digest_memo, tiny
-from claw_train.digest_memo import fingerprint, package_files, remembered
+from claw_train.models import digest_memo, tiny
+from claw_train.models.digest_memo import fingerprint, package_files, remembered
 
 
 def test_a_digest_is_computed_once_and_an_unreadable_record_is_recomputed(tmp_path):
@@ -47,7 +47,7 @@ def test_a_fingerprint_follows_file_bytes_names_and_arguments(tmp_path):
 
 def test_package_files_are_the_whole_package_without_compiled_caches():
     files = package_files("claw_envs.conversation.env")
-    names = {f.relative_to(Path(tiny.__file__).parents[1] / "claw_envs").as_posix() for f in files}
+    names = {f.relative_to(Path(tiny.__file__).parents[2] / "claw_envs").as_posix() for f in files}
     assert {"__init__.py", "conversation/env.py", "conversation/score.py"} <= names
     assert any(n.startswith("conversation/personas/") for n in names)  # data files count too
     assert not any("__pycache__" in n for n in names)

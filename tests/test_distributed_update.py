@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("accelerate")
 
-from claw_train.records import TrainSample, TurnRecord  # noqa: E402
+from claw_train.samples.records import TrainSample, TurnRecord  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -36,7 +36,7 @@ def test_claw_envs_check_gui_passes_for_browser_and_desktop_tasks():
 @pytest.mark.timeout(290)
 def test_claw_train_gui_end_to_end_then_claw_eval(tmp_path):
     pytest.importorskip("trl")
-    from claw_train.logs import Ledger
+    from claw_train.runlog.logs import Ledger
 
     out = tmp_path / "run"
     config = tmp_path / "cfg.yaml"

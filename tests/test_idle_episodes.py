@@ -6,9 +6,9 @@ import pytest
 
 from claw_envs.terminal.env import TerminalEnv
 from claw_envs.toolcall.env import ToolCallEnv
-from claw_train.metrics import Stats
 from claw_train.pipeline.control import RunControl
 from claw_train.pipeline.failures import FailureMonitor
+from claw_train.runlog.metrics import Stats
 
 
 def monitor(limit: int) -> tuple[FailureMonitor, RunControl, Stats]:

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from claw_train.logs import Ledger, VersionedLog, json_line, read_jsonl, read_logs
 from claw_train.pipeline.rundir import last_checkpoint
+from claw_train.runlog.logs import Ledger, VersionedLog, json_line, read_jsonl, read_logs
 
 # Unicode line boundaries json.dumps(ensure_ascii=False) leaves raw; str.splitlines() splits on each of them.
 BREAKS = "a\x85b\u2028c\u2029d"

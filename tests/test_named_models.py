@@ -13,10 +13,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_cache import nothing_built
 
-from claw_train import named_models
 from claw_train.commands.evaluate import main as evaluate_main
-from claw_train.named_models import MARKER, NAMED, ModelFetchError, fetch_named
+from claw_train.models import named as named_models
+from claw_train.models.named import MARKER, NAMED, ModelFetchError, fetch_named
 from tests.prebuild import SMOLLM2_TEST_WARM_START
 from tests.test_sandbox import HAS_BWRAP
 
@@ -51,7 +52,7 @@ def offline_index(tmp_path, monkeypatch):
 
 
 def cache_is_empty_of_models(cache: Path) -> bool:
-    return not [p for p in cache.iterdir() if not p.name.endswith(".lock")] if cache.exists() else True
+    return nothing_built(cache)
 
 
 def test_no_index_is_a_clear_error_naming_the_fix(offline_index, tmp_path):

@@ -24,10 +24,11 @@ import pytest
 
 pytest.importorskip("trl")
 
-from claw_train.config import ConfigError, TrainArgs, build
-from claw_train.logs import Ledger, read_logs
+from claw_train.options.resolve import build
+from claw_train.options.tree import ConfigError, TrainArgs
 from claw_train.pipeline import Pipeline, RunError
 from claw_train.policy.base import Completion, Policy, PolicyError
+from claw_train.runlog.logs import Ledger, read_logs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -42,7 +43,7 @@ def PipelineConfig(**values) -> TrainArgs:
 @pytest.fixture(scope="module")
 def models():
     """Tiny models after 2 bootstrap steps, per family (built once, cached by content hash)."""
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     cache: dict[str, str] = {}
 
@@ -441,10 +442,10 @@ def test_cli_bad_input(tmp_path, capsys):
 
 def test_exponent_numbers_are_numbers_in_the_config_file_and_key_value_options(tmp_path):
     """``1e-5`` (how papers print learning rates) is a float, not the string YAML 1.1 would make of it."""
-    from claw_train.argv import load_yaml, parse
     from claw_train.commands.train import TrainArgs
-    from claw_train.trainer_options import grpo_config
-    from claw_train.yaml_text import option_values
+    from claw_train.options.argv import load_yaml, parse
+    from claw_train.options.yaml_text import option_values
+    from claw_train.training.options import grpo_config
 
     path = tmp_path / "lr.yaml"
     path.write_text("lr: 1e-5\ntrainer: {adam_epsilon: 1E-6, warmup_steps: 2}\neval_at: [0, 4]\n")
@@ -511,7 +512,7 @@ def _has_bwrap() -> bool:
 
 def _turn(step: int, group: str, *, outcome=None, status="ok", evaluative=0.0, episode="e"):
     from claw_envs.core import Evaluative, NextState
-    from claw_train.records import TurnRecord
+    from claw_train.samples.records import TurnRecord
 
     ns = NextState(text="ok", step_index=step, evaluative=Evaluative(evaluative), outcome=outcome)
     return TurnRecord(
@@ -536,13 +537,16 @@ class ScriptedJudge:
 
 def _sample_maker(tmp_path, method: str, **kwargs):
     from claw_train.advantages import MethodSettings
-    from claw_train.judging import SampleMaker
-    from claw_train.logs import VersionedLog
-    from claw_train.metrics import Stats
+    from claw_train.runlog.decisions import DecisionLog
+    from claw_train.runlog.logs import VersionedLog
+    from claw_train.runlog.metrics import Stats
+    from claw_train.samples.making import SampleMaker
 
     log = VersionedLog(tmp_path / "logs")
     settings = MethodSettings(method, **kwargs)
-    return SampleMaker(settings=settings, judge=ScriptedJudge(), policy=None, stats=Stats(), log=log)
+    return SampleMaker(
+        settings=settings, judge=ScriptedJudge(), policy=None, stats=Stats(), log=DecisionLog(log, settings)
+    )
 
 
 def test_infra_failures_are_masked_without_judging(tmp_path):
@@ -553,7 +557,7 @@ def test_infra_failures_are_masked_without_judging(tmp_path):
     assert p.stats.masked["no_signal"] == 1
     [sample] = asyncio.run(p.personal(_turn(1, "g", evaluative=1.0)))
     assert sample.advantages == [1.0, 1.0] and sample.sample_id == "a0-0000001"
-    p.log.close()
+    p.log.log.close()
     decisions = [(r["decision"], r["reason"]) for r in read_logs(tmp_path / "logs")]
     assert decisions == [("masked", "infra_sandbox_failure"), ("masked", "no_signal"), ("accepted", None)]
 
@@ -569,7 +573,7 @@ def test_general_agents_get_step_index_normalised_advantages(tmp_path):
     same = [[_turn(1, "h", evaluative=1.0, outcome=1.0, episode=e)] for e in "xy"]
     assert asyncio.run(p.group(same)) == []  # a constant bucket: no gradient
     assert p.stats.masked["no_signal"] == 2
-    p.log.close()
+    p.log.log.close()
 
 
 class _SilentJudge:

@@ -147,7 +147,7 @@ def test_claw_eval_works_for_every_built_in_family(tmp_path, family):
     """Families with no evaluation extension get the generic one (mean outcome, success, pass@k)."""
     if family == "terminal" and shutil.which("bwrap") is None:
         pytest.skip("the terminal sandbox needs bubblewrap")
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     model = str(bootstrap(family, steps=2, progress=False))
     out = tmp_path / "eval"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from claw_train import tiny
+from claw_train.models import tiny
 from claw_train.policy import PolicyError, SamplingParams
 from claw_train.policy.inprocess import InProcessPolicy
 from claw_train.policy.loader import load_policy

@@ -27,7 +27,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from claw_train import tiny
+from claw_train.models import tiny
 from claw_train.policy import PolicyError, SamplingParams
 from claw_train.policy.inprocess import InProcessPolicy
 from claw_train.policy.sglang import SGLangPolicy

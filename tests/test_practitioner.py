@@ -20,9 +20,10 @@ pytest.importorskip("trl")
 import claw_envs
 from claw_envs import FamilySpec, InfraFailure, StepStatus
 from claw_envs.echo.env import EchoEnv
-from claw_train.config import TrainArgs, build
+from claw_train.models.tiny import MARKER
+from claw_train.options.resolve import build
+from claw_train.options.tree import TrainArgs
 from claw_train.pipeline import Pipeline
-from claw_train.tiny import MARKER
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ class BrokenEnv(EchoEnv):
 
 @pytest.fixture(scope="module")
 def echo_model() -> str:
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     return str(bootstrap("echo", steps=2, progress=False))
 
@@ -105,7 +106,7 @@ def _readme_block(title: str) -> str:
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the terminal sandbox needs bubblewrap")
 def test_terminal_trains_on_a_task_file_of_your_own(tmp_path):
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     rows = [
         {"id": f"mine-{i}", "instruction": f"Create a file named out{i}.txt that contains the word ok{i}.",
@@ -123,7 +124,7 @@ def test_terminal_trains_on_a_task_file_of_your_own(tmp_path):
         capture_output=True, text=True, timeout=580, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    from claw_train.logs import read_logs
+    from claw_train.runlog.logs import read_logs
 
     tasks = {r["task"] for r in read_logs(out / "logs") if r["kind"] == "turn"}
     assert tasks and tasks <= {r["id"] for r in rows}  # rollouts drew from the given tasks only
@@ -144,7 +145,7 @@ def test_readme_gpu_quickstart_runs_as_written_against_local_servers(tmp_path):
     from test_judges_backends import ScriptedOpenAIServer
     from test_policy_sglang import StandIn, serving
 
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     block = _readme_block("## GPUs and clusters")
     line = " ".join(part.split("#")[0].strip().rstrip("\\") for part in block.splitlines())

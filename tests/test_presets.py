@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from claw_train.argv import parse
-from claw_train.config import EvalArgs, TrainArgs, build, resolve, spec_for
-from claw_train.presets import PRESETS, parameters, preset_for
+from claw_train.models.presets import PRESETS, parameters, preset_for
+from claw_train.options.argv import parse
+from claw_train.options.resolve import build, resolve, spec_for
+from claw_train.options.tree import EvalArgs, TrainArgs
 
 
 def test_each_model_class_gets_its_preset_without_loading_it(tmp_path):

@@ -50,7 +50,7 @@ def test_the_environment_example_runs_and_prints_what_its_comments_say(capsys):
 
 
 def test_train_evaluate_serve_and_view_run_as_written(tmp_path):
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     bash, python = (
         section_blocks("## Train, evaluate, serve", "bash")[0],

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from claw_train.config import ConfigError, TrainArgs, build
-from claw_train.families import spec_for
-from claw_train.replay import read_rows, replay_rows
+from claw_train.options.families import spec_for
+from claw_train.options.resolve import build
+from claw_train.options.tree import ConfigError, TrainArgs
+from claw_train.training.replay import read_rows, replay_rows
 
 CLAW_TRAIN = str(Path(sys.executable).parent / "claw-train")
 ROW = {"messages": [{"role": "user", "content": "What is 2 + 3?"}], "completion": "2 + 3 = 5"}

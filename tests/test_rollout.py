@@ -1,18 +1,42 @@
-"""Token-exact rollouts: multi-turn tool episodes, loss masks, truncated tool calls, drift checks, groups."""
+"""Token-exact rollouts: multi-turn tool episodes, loss masks, truncated tool calls, drift checks."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import pytest
 
 import claw_envs  # noqa: F401  (registers the envs)
-from claw_train import tiny
+from claw_train.agent_loop import EpisodeAgent, check_drift
+from claw_train.models import tiny
 from claw_train.policy import Completion, Policy, PolicyError, SamplingParams
 from claw_train.policy.inprocess import InProcessPolicy
-from claw_train.rollout import EpisodeAgent, check_drift, rollout_episode, rollout_group
+from claw_train.samples.records import EpisodeRecord
+
+
+async def rollout_episode(
+    env: Any,
+    policy: Policy,
+    sampling: SamplingParams,
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    group_id: str = "",
+    episode_id: str | None = None,
+) -> EpisodeRecord:
+    """One episode of a ClawEnv against ``policy``, as the pipeline's agent plays it (the env pool's loop, inline)."""
+    base = env if hasattr(env, "astep") else env.unwrapped
+    agent = EpisodeAgent(policy, sampling, group_id=group_id, episode_id=episode_id)
+    obs, info = await base.areset(seed=seed, options=options)
+    terminated = truncated = False
+    while not (terminated or truncated):
+        action = await agent(obs, info)
+        obs, reward, terminated, truncated, info = await base.astep(action)
+        agent.observe(reward, info)
+    return agent.finish(terminated=terminated, truncated=truncated, seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -126,34 +150,6 @@ async def test_sampled_episode_with_the_real_model_decodes_to_its_transcript(mod
     for problem in check_drift(record, model.tokenizer):
         # An untrained model may emit a non-canonical tokenization of its own text; nothing else may differ.
         assert "generated span" in problem, problem
-
-
-async def test_group_rollouts_through_the_env_pool(model):
-    pool_mod = pytest.importorskip("claw_envs.pool")
-    pool = pool_mod.EnvPool("claw/Echo-v0", 2)
-    tasks = [{"task_id": "echo-train-0"}, {"task_id": "echo-train-3"}]
-    try:
-        groups = await rollout_group(pool, model, tasks, 3, SamplingParams(max_new_tokens=6), seed=10)
-    finally:
-        await pool.aclose()
-    assert [[r.group_id for r in g] for g in groups] == [["echo-train-0"] * 3, ["echo-train-3"] * 3]
-    assert [r.seed for g in groups for r in g] == list(range(10, 16))
-    for g in groups:
-        for r in g:
-            assert r.task_id == r.group_id and r.truncated and len(r.turns) == 3  # an untrained model never echoes
-            assert [t.reward for t in r.turns] == [0.0, 0.0, 0.0] and r.outcome == -1.0
-            assert [t.next_state.step_index for t in r.turns] == [1, 2, 3]
-            assert_token_exact(r, model.tokenizer)
-
-
-async def test_group_rollouts_from_an_env_factory(model):
-    groups = await rollout_group(
-        lambda: gym.make("claw/Echo-v0"), model, [{"task_id": "echo-train-1"}], 2, SamplingParams(max_new_tokens=4)
-    )
-    assert len(groups) == 1 and len(groups[0]) == 2
-    assert groups[0][0].episode_id != groups[0][1].episode_id
-    with pytest.raises(ValueError, match="G must be"):
-        await rollout_group(lambda: gym.make("claw/Echo-v0"), model, [{}], 0, SamplingParams())
 
 
 async def test_mismatched_history_and_tokenless_policies_are_refused(model):

@@ -102,7 +102,7 @@ def ray_cluster():
 @pytest.fixture(scope="module")
 def toolcall_model() -> str:
     pytest.importorskip("trl")
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     return str(bootstrap("toolcall", steps=2, progress=False))
 
@@ -131,7 +131,7 @@ LAUNCH_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 def test_claw_train_under_accelerate_launch_on_a_ray_cluster_then_a_rank_dies_in_the_resumed_run(
     ray_cluster, toolcall_model, tmp_path
 ):
-    from claw_train.logs import Ledger
+    from claw_train.runlog.logs import Ledger
 
     before = set(ray_cluster.actor_logs())
     out = tmp_path / "run"
@@ -348,8 +348,8 @@ def sglang_stand_in(model: str) -> Iterator[tuple[Any, str]]:
 def test_claw_train_with_a_remote_policy_plays_its_episodes_on_rollout_workers_of_the_ray_cluster(
     ray_cluster, toolcall_model, tmp_path, family
 ):
-    from claw_train.logs import Ledger
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
+    from claw_train.runlog.logs import Ledger
 
     model = toolcall_model if family == "toolcall" else str(bootstrap(family, steps=2, progress=False))
     before = set(ray_cluster.worker_logs(WORKER_LOG_MARK))

@@ -25,9 +25,10 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
 
-from claw_train.config import ServeArgs, build  # noqa: E402
-from claw_train.logs import read_logs  # noqa: E402
+from claw_train.options.resolve import build  # noqa: E402
+from claw_train.options.tree import ServeArgs  # noqa: E402
 from claw_train.policy.base import Completion, Policy, PolicyError  # noqa: E402
+from claw_train.runlog.logs import read_logs  # noqa: E402
 from claw_train.serve import serve  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -37,7 +38,7 @@ CLAW_SERVE = str(Path(sys.executable).parent / "claw-serve")
 
 @pytest.fixture(scope="module")
 def model_path() -> str:
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     return str(bootstrap("conversation", steps=2, progress=False))
 

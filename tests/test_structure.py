@@ -1,6 +1,6 @@
-"""The trainer side as parts with explicit dependencies (issue #26), checked from the code itself: no import circle
-among claw_train's modules, only the wiring imports ``Pipeline``, no object's attributes written from outside it,
-and TRL's private members reached through one adapter module whose contract with the installed TRL holds."""
+"""The trainer side as parts with explicit dependencies (issue #26), checked from the code itself: only the wiring
+imports ``Pipeline``, no object's attributes written from outside it, and TRL's private members reached through one
+adapter module whose contract with the installed TRL holds (import circles: tests/test_architecture.py)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ THIRD_PARTY_WRITES = {
     ("claw_train/serve/server.py", "server.should_exit"): "uvicorn: how a Server is told to stop",
     ("claw_train/view/server.py", "self.server.should_exit"): "uvicorn: how a Server is told to stop (claw-view's)",
     ("claw_train/serve/app.py", "app.openapi"): "FastAPI: the documented way to customise the OpenAPI schema",
-    ("claw_train/tiny.py", "hf_tok.chat_template"): "transformers: a tokenizer's chat template",
-    ("claw_train/tiny.py", "model.generation_config"): "transformers: a model's generation defaults",
-    ("claw_train/tiny.py", "tok.pre_tokenizer"): "tokenizers: a Tokenizer's pipeline",
-    ("claw_train/tiny.py", "tok.decoder"): "tokenizers: a Tokenizer's pipeline",
-    ("claw_train/trainer.py", "p.grad"): "torch: dropping a parameter's gradient",
+    ("claw_train/models/tiny.py", "hf_tok.chat_template"): "transformers: a tokenizer's chat template",
+    ("claw_train/models/tiny.py", "model.generation_config"): "transformers: a model's generation defaults",
+    ("claw_train/models/tiny.py", "tok.pre_tokenizer"): "tokenizers: a Tokenizer's pipeline",
+    ("claw_train/models/tiny.py", "tok.decoder"): "tokenizers: a Tokenizer's pipeline",
+    ("claw_train/training/trainer.py", "p.grad"): "torch: dropping a parameter's gradient",
 }
 
 TRL_PRIVATE = re.compile(
@@ -44,70 +44,6 @@ def modules() -> dict[str, Path]:
             parts = parts[:-1]
         out[".".join(parts)] = path
     return out
-
-
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The claw_train modules ``name`` imports anywhere in its code: at the top, inside functions, under
-    ``TYPE_CHECKING``. ``from a import b`` names the module ``a.b`` when there is one, else ``a``."""
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
-    return {m for m in found if m in known and m != name}
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return out
-
-
-def test_no_import_circle_among_claw_trains_modules():
-    mods = modules()
-    graph = {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
-    assert graph["claw_train.pipeline.core"], "the import graph reads no edges: the check would pass on anything"
-    assert not cycles(graph), cycles(graph)
-
-
-def test_the_import_check_finds_a_circle():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_only_the_wiring_imports_pipeline():
@@ -178,12 +114,12 @@ def test_trls_private_members_are_used_only_in_the_adapter():
             for n in ast.walk(ast.parse(path.read_text()))
         )
     }
-    assert users == {"claw_train/trl_adapter.py"}, users
+    assert users == {"claw_train/training/trl_adapter.py"}, users
 
 
 def test_trl_contract_holds_for_the_installed_trl():
     pytest.importorskip("trl")
-    from claw_train import trl_adapter
+    from claw_train.training import trl_adapter
 
     assert trl_adapter.private_api_problems() == []
 
@@ -192,7 +128,7 @@ def test_trl_contract_fails_on_a_trl_whose_private_signatures_moved(monkeypatch)
     pytest.importorskip("trl")
     from trl import GRPOTrainer
 
-    from claw_train import trl_adapter
+    from claw_train.training import trl_adapter
 
     def moved(self, model, input_ids, mask, keep, batch_size=None):  # attention_mask renamed
         raise AssertionError("never called")
@@ -215,6 +151,6 @@ def test_trl_of_another_version_is_refused_at_import_with_the_fix(monkeypatch):
     import trl
 
     monkeypatch.setattr(trl, "__version__", "9.9.9")
-    monkeypatch.delitem(sys.modules, "claw_train.trl_adapter", raising=False)
+    monkeypatch.delitem(sys.modules, "claw_train.training.trl_adapter", raising=False)
     with pytest.raises(ImportError, match=r"trl 9\.9\.9 is installed: pip install 'trl==1\.16\.0'"):
-        importlib.import_module("claw_train.trl_adapter")
+        importlib.import_module("claw_train.training.trl_adapter")

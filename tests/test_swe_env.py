@@ -10,6 +10,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from test_cache import nothing_built
 
 import claw_envs
 from claw_envs.swe.actions import SUBMIT_MARKER, read_turn, tool_call_text
@@ -324,7 +325,7 @@ def test_a_failing_install_is_an_infra_failure_not_the_agents(tmp_path):
     _, reward, _, truncated, info = env.step(bash("ls"))
     assert info["status"] == "infra_failure" and truncated and reward == 0
     assert "install failed (exit 3)" in info["next_state"].text and "cannot build" in info["next_state"].text
-    assert not list((tmp_path / "cache" / "envs").iterdir())  # no half-built environment is kept
+    assert nothing_built(tmp_path / "cache" / "envs")  # no half-built environment is kept
     env.close()
 
 

@@ -307,7 +307,7 @@ def test_reference_actions_and_demonstrations_speak_the_action_format(env):
 @pytest.mark.timeout(280)
 def test_claw_train_then_claw_eval_on_a_folder_of_task_folders(tmp_path):
     pytest.importorskip("trl")
-    from claw_train.logs import Ledger
+    from claw_train.runlog.logs import Ledger
 
     tasks = str(Path(__file__).parent / "fixtures" / "terminal" / "good")
     model = str(bootstrap_tiny())
@@ -328,7 +328,7 @@ def test_claw_train_then_claw_eval_on_a_folder_of_task_folders(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "done" and summary["updates"] == 2
     assert json.loads((out / "run.json").read_text())["env"] == "claw/Terminal-v0"
-    from claw_train.logs import read_logs
+    from claw_train.runlog.logs import read_logs
 
     seen = {r["task"] for r in read_logs(out / "logs") if r["kind"] == "turn"}
     assert seen and seen <= {"harbor-basic", "harbor-reward", "tb1-basic"}  # rollouts drew from the folders only
@@ -345,6 +345,6 @@ def test_claw_train_then_claw_eval_on_a_folder_of_task_folders(tmp_path):
 
 
 def bootstrap_tiny() -> Path:
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     return bootstrap("terminal", steps=2, progress=False)

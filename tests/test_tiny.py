@@ -9,8 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_cache import nothing_built
 
-from claw_train import digest_memo, tiny, tiny_sft
+from claw_train.models import digest_memo, tiny, tiny_sft
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_failed_build_leaves_no_cache_entry(tmp_path, monkeypatch):
     monkeypatch.setattr(tiny, "_build_base", broken)
     with pytest.raises(RuntimeError, match="disk full"):
         tiny.build_tiny(tmp_path)
-    assert [p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != digest_memo.MEMO_DIR] == []
+    assert nothing_built(tmp_path, besides=(digest_memo.MEMO_DIR,))
 
 
 def test_tokenizer_round_trips_any_text(tiny_path):

@@ -20,7 +20,7 @@ from claw_envs.toolcall.tasks import NAMED, dapo_question, gsm8k_answer, load_da
 from claw_train.commands.evaluate import main
 from claw_train.evaluation import bootstrap_ci, evaluate, pass_at_k, summarize
 from claw_train.evaluation.runner import TURN_SEED_STRIDE
-from claw_train.families import tasks_for
+from claw_train.options.families import tasks_for
 from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
 
 # Problems and worked solutions written for these tests, in the style of competition solutions.

@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from claw_train.advantages import MethodSettings, method_advantages  # noqa: E402
-from claw_train.batch import collate, length_groups  # noqa: E402
-from claw_train.records import TrainSample, TurnRecord  # noqa: E402
-from claw_train.trainer import (  # noqa: E402
+from claw_train.samples.records import TrainSample, TurnRecord  # noqa: E402
+from claw_train.training.batch import collate, length_groups  # noqa: E402
+from claw_train.training.trainer import (  # noqa: E402
     ClawConfig,
     ClawTrainer,
     FeedClosed,
@@ -149,7 +149,7 @@ def test_loss_equals_hand_written_asymmetric_clip_ppo(tmp_path, tokenizer, tempe
 
 def test_replay_adds_its_weighted_cross_entropy_to_the_loss_and_moves_the_weights(tmp_path, tokenizer):
     """``--replay C``: the step's loss is TRL's plus C times the demonstrations' completion cross-entropy (by hand)."""
-    from claw_train.replay import Replay
+    from claw_train.training.replay import Replay
 
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     rows = [{"messages": [{"role": "user", "content": "t5 t6 t7"}], "completion": "t9 t10"}]
@@ -227,6 +227,44 @@ def test_rows_of_similar_length_are_grouped_and_the_loss_and_gradients_stay_the_
     assert grouped == pytest.approx(whole, abs=1e-6)
     assert max((grouped_grads[n] - g).abs().max().item() for n, g in whole_grads.items()) < 1e-5
     assert length_groups(collate(samples[:1], PAD))[0]["prompt_ids"].size(1) == 3  # one row: one group
+
+
+def test_a_token_budget_splits_the_step_into_micro_batches_with_the_same_loss_and_gradients(tmp_path, tokenizer):
+    """Long rows bound an update's memory by the budget: each micro-batch is backpropagated on its own, and the loss
+    and gradients are the whole batch's."""
+    from trl import GRPOTrainer
+
+    rng = random.Random(5)
+    prompts = [[rng.randrange(3, VOCAB) for _ in range(n)] for n in (40, 38, 36, 35, 12, 11)]
+    samples = [make_sample(i, rng, prompt=p) for i, p in enumerate(prompts)]
+    batch = collate(samples, PAD)
+    lengths = [len(s.turn.prompt_ids) + len(s.turn.completion_ids) for s in samples]
+    budget = 2 * max(lengths)
+    parts = length_groups(batch, max_tokens=budget)
+    assert all(
+        g["prompt_ids"].size(0) * (g["prompt_ids"].size(1) + g["completion_ids"].size(1)) <= budget for g in parts
+    )
+    assert len(parts) > len(length_groups(batch)) and sum(g["prompt_ids"].size(0) for g in parts) == len(samples)
+    assert [g["prompt_ids"].size(0) for g in length_groups(batch, max_tokens=1)] == [1] * len(samples)
+
+    trainer = make_trainer(tmp_path, tiny_model(), tokenizer, QueueSource(), samples_per_step=6,
+                           per_device_train_batch_size=6, micro_batch_tokens=budget)  # fmt: skip
+    assert trainer.micro_batch_tokens == budget
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+
+    def grads() -> dict[str, torch.Tensor]:
+        return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    trainer.model.zero_grad()
+    whole = GRPOTrainer.compute_loss(trainer, trainer.model, batch)
+    whole.backward()
+    whole_grads = grads()
+    trainer.model.zero_grad()
+    split = trainer.compute_loss(trainer.model, batch)  # backpropagates all micro-batches but the last itself
+    split.backward()
+    assert split.item() == pytest.approx(whole.item(), abs=1e-6)
+    assert max((grads()[n] - g).abs().max().item() for n, g in whole_grads.items()) < 1e-5
 
 
 def _opd_sample(model, i, rng, method, score):
@@ -505,8 +543,8 @@ def test_a_step_of_any_size_trains_every_sample_once(tmp_path, tokenizer, step):
 
 
 def test_lora_targets_the_model_does_not_have_are_a_clear_error():
-    from claw_train.config import ConfigError, TrainingConfig
-    from claw_train.trainer_options import check_lora_targets
+    from claw_train.options.tree import ConfigError, TrainingConfig
+    from claw_train.training.options import check_lora_targets
 
     model = tiny_model()
     check_lora_targets(model, TrainingConfig(lora=True, lora_targets="q_proj, v_proj"))

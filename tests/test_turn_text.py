@@ -13,11 +13,12 @@ pytest.importorskip("transformers")
 
 from claw_envs.core import Evaluative, NextState
 from claw_train.advantages import MethodSettings
-from claw_train.judging import SampleMaker
-from claw_train.logs import VersionedLog, read_logs
-from claw_train.metrics import Stats
-from claw_train.records import TurnRecord
-from claw_train.turn_text import token_pieces
+from claw_train.runlog.decisions import DecisionLog
+from claw_train.runlog.logs import VersionedLog, read_logs
+from claw_train.runlog.metrics import Stats
+from claw_train.runlog.turn_text import token_pieces
+from claw_train.samples.making import SampleMaker
+from claw_train.samples.records import TurnRecord
 from claw_train.view.app import create_app
 from claw_train.view.runs import RunIndex
 
@@ -28,7 +29,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     return AutoTokenizer.from_pretrained(str(bootstrap("conversation", steps=2, progress=False)))
 
@@ -71,7 +72,8 @@ def _turns(tokenizer) -> list[TurnRecord]:
 def test_a_turn_logs_its_prompt_its_credit_and_its_screenshot(tokenizer, tmp_path):
     log = VersionedLog(tmp_path / "logs")
     settings = MethodSettings("combined")
-    maker = SampleMaker(settings=settings, judge=_Judge(), policy=_Policy(tokenizer), stats=Stats(), log=log)
+    decisions = DecisionLog(log, settings, tokenizer=tokenizer)
+    maker = SampleMaker(settings=settings, judge=_Judge(), policy=_Policy(tokenizer), stats=Stats(), log=decisions)
     turns = _turns(tokenizer)
     for turn in turns:
         [sample] = asyncio.run(maker.personal(turn))

@@ -27,9 +27,10 @@ sync_api = pytest.importorskip("playwright.sync_api")
 from loopback_names import ANSWERED, rebound_name, status_without_host  # noqa: E402
 
 from claw_envs.gui.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
-from claw_train.config import TrainArgs, build  # noqa: E402
-from claw_train.logs import Ledger, read_logs  # noqa: E402
+from claw_train.options.resolve import build  # noqa: E402
+from claw_train.options.tree import TrainArgs  # noqa: E402
 from claw_train.pipeline import Pipeline  # noqa: E402
+from claw_train.runlog.logs import Ledger, read_logs  # noqa: E402
 from claw_train.view.runs import RunIndex  # noqa: E402
 from claw_train.view.server import ViewServer, listen  # noqa: E402
 
@@ -46,7 +47,7 @@ SCREENSHOT = ROOT / "docs" / "img" / "claw-view.png"
 @pytest.fixture(scope="module")
 def training(tmp_path_factory):
     """The run, started in a thread; yields its folder once run.json is there, and waits for its end at teardown."""
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     model = str(bootstrap("conversation", steps=2, progress=False))
     out = tmp_path_factory.mktemp("view") / "run"

@@ -1,6 +1,6 @@
-"""The LoRA warm start (``claw_train.warm_start``): its loss is the plain forward's, it trains, merges and caches a
-folder that loads like any model, and ``--warm-start`` defaults to the family's steps for named models only.
-The warm start of the real model itself runs in tests/test_named_models.py (SWE and GUI at a small budget)."""
+"""The LoRA warm start (``claw_train.models.warm_start``): its loss is the plain forward's, it trains, merges and caches
+a folder that loads like any model, and ``--warm-start`` defaults to the family's steps for named models only. The warm
+start of the real model itself runs in tests/test_named_models.py (SWE and GUI at a small budget)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import gymnasium as gym
 import pytest
 import torch
 
-from claw_train import tiny
-from claw_train.config import ConfigError, EvalArgs, TrainArgs, build
+from claw_train.models import tiny
+from claw_train.models.tiny_sft import sft_loss
+from claw_train.models.warm_start import MARKER, _batch_backward, _source, warm_started
+from claw_train.options.resolve import build
+from claw_train.options.tree import ConfigError, EvalArgs, TrainArgs
 from claw_train.policy.hf import load_causal_lm
-from claw_train.tiny_sft import sft_loss
-from claw_train.warm_start import MARKER, _batch_backward, _source, warm_started
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -119,19 +119,23 @@ def check(
         list[str] | None, typer.Option("--env-kwarg", help="KEY=VALUE passed to the env (value read as YAML).")
     ] = None,
     jobs: Annotated[int, typer.Option(min=1, help="Envs checking tasks at once.")] = 1,
+    provision: Annotated[
+        bool, typer.Option("--provision", help="First install the system packages the tasks lack (apt, as root).")
+    ] = False,
 ) -> None:
     """Check every task once: its oracle solution must solve it and doing nothing must not; exit 1 naming the
-    tasks that fail and why. A task that passes with an approximate environment is listed apart."""
+    tasks that fail or that this machine cannot run, and why. A task that passes with an approximate environment,
+    and one with no solution to play (only doing nothing is checked), are listed apart."""
     import asyncio
 
     import gymnasium as gym
 
     import claw_envs
     from claw_envs.check import check_env
-    from claw_train.config import ConfigError
-    from claw_train.families import spec_for, tasks_for
-    from claw_train.progress import Progress
-    from claw_train.yaml_text import option_values
+    from claw_train.options.families import spec_for, tasks_for
+    from claw_train.options.tree import ConfigError
+    from claw_train.options.yaml_text import option_values
+    from claw_train.runlog.progress import Progress
 
     if split not in ("train", "test", "all"):
         raise typer.BadParameter(f"{split!r} is not one of train, test, all", param_hint="--split")
@@ -147,16 +151,9 @@ def check(
     except ConfigError as err:
         raise UsageError(str(err)) from None
     results: list[TaskCheck] = []
-    seen: set[tuple[str, str]] = set()
-    todo: list[tuple[claw_envs.TaskSource, list[str]]] = []
-    for source in sources:  # one task in both splits (a folder read as train and as test) is checked once
-        ids = []
-        for task in source:
-            if (task.id, task.hash) not in seen:
-                seen.add((task.id, task.hash))
-                ids.append(task.id)
-        if ids:
-            todo.append((source, ids))
+    todo = _unique_tasks(sources)
+    _skipped_folders(sources)
+    _provision(spec.env_id, todo, kwargs, install=provision)
 
     async def run_split(source: claw_envs.TaskSource, ids: list[str], bar: Progress) -> None:
         envs = [gym.make(spec.env_id, tasks=source, split=source.split, **kwargs).unwrapped for _ in range(jobs)]
@@ -174,17 +171,32 @@ def check(
     with Progress(f"checking {spec.name} tasks", sum(len(ids) for _, ids in todo)) as bar:
         for source, ids in todo:
             asyncio.run(run_split(source, ids, bar))
-    _print_checks(results)
-    failed = [r for r in results if r.problem is not None]
-    approximate = [r for r in results if r.problem is None and r.approximate]
-    console.print(f"{len(results) - len(failed)} of {len(results)} {spec.name} tasks pass the check.")
-    if approximate:
-        console.print(
-            f"{len(results) - len(failed) - len(approximate)} passed cleanly; {len(approximate)} ran with an "
-            f"approximate environment: {escape(', '.join(r.task_id for r in approximate))}"
-        )
-    if failed:
-        console.print(f"[red]failing:[/red] {escape(', '.join(r.task_id for r in failed))}")
+    if not _report_checks(results, spec.name):
+        raise typer.Exit(1)
+
+
+@app.command("provision")
+def provision_command(
+    env: Annotated[str, typer.Argument(help="Family name or env id, e.g. terminal.")],
+    tasks: Annotated[str, typer.Option("--tasks", help="The tasks whose system packages to install.")],
+    split: Annotated[str, typer.Option(help="train | test | all.")] = "all",
+) -> None:
+    """Install the system packages the tasks need and this machine lacks (apt, as root), then say what is still
+    missing; an env with nothing to provision says so."""
+    from claw_train.options.families import spec_for, tasks_for
+    from claw_train.options.tree import ConfigError
+
+    try:
+        spec = spec_for(env)
+        names = ("train", "test") if split == "all" else (split,)
+        sources = [tasks_for(spec, tasks, name) for name in names]
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    _skipped_folders(sources)
+    reports = _provision(spec.env_id, _unique_tasks(sources), {}, install=True)
+    if not reports:
+        console.print(f"{spec.name}: nothing to provision (its tasks name no system packages)")
+    if any(r.error or r.unknown for r in reports):
         raise typer.Exit(1)
 
 
@@ -266,18 +278,96 @@ def judge(
     asyncio.run(episode())
 
 
+def _unique_tasks(sources: list[Any]) -> list[tuple[Any, list[str]]]:
+    """``(source, task ids)`` per split, each task once (one task in both splits, a folder read as train and as test,
+    is checked once)."""
+    seen: set[tuple[str, str]] = set()
+    todo = []
+    for source in sources:
+        ids = []
+        for task in source:
+            if (task.id, task.hash) not in seen:
+                seen.add((task.id, task.hash))
+                ids.append(task.id)
+        if ids:
+            todo.append((source, ids))
+    return todo
+
+
+def _provision(env_id: str, todo: list[tuple[Any, list[str]]], kwargs: dict[str, Any], *, install: bool) -> list[Any]:
+    """Ask the env (when it provisions: ``provision_system``) what system packages the tasks lack, and install them
+    when ``install``; print what it says. Its reports (none when the env has nothing to provision)."""
+    import gymnasium as gym
+
+    import claw_envs
+
+    if not hasattr(claw_envs.env_class(env_id), "provision_system"):
+        return []
+    reports: list[Any] = []
+    for source, ids in todo:
+        env = gym.make(env_id, tasks=source, split=source.split, **kwargs).unwrapped
+        try:
+            report = env.provision_system(ids, install=install)
+        finally:
+            env.close()
+        if (install or report.asked) and report.summary() not in {r.summary() for r in reports}:
+            hint = f" (install: `{report.command}`, or add --provision)" if report.asked and not install else ""
+            console.print(escape(report.summary() + hint))
+        reports.append(report)
+    return reports
+
+
+def _skipped_folders(sources: list[Any]) -> None:
+    """Name the task folders a source skipped (half a task: no instruction or no tests), each once."""
+    seen = set()
+    for source in sources:
+        for name, why in getattr(source, "skipped", ()):
+            if name not in seen:
+                seen.add(name)
+                console.print(f"[yellow]skipped, not a whole task:[/yellow] {escape(name)}: {escape(why)}")
+
+
+def _report_checks(results: list[TaskCheck], family: str) -> bool:
+    """Print each check and the summary (runs here, runs approximately, no oracle, refused with why, failing);
+    whether every task passed."""
+    _print_checks(results)
+    by: dict[str, list[TaskCheck]] = {}
+    for r in results:
+        by.setdefault(r.verdict, []).append(r)
+    passed = sum(r.problem is None for r in results)
+    console.print(f"{passed} of {len(results)} {family} tasks pass the check.")
+    parts = [f"runs here: {len(by.get('runs', []))}", f"runs approximately: {len(by.get('approximate', []))}"]
+    parts += [f"no oracle (no solution to play; loadable): {len(by.get('no_oracle', []))}"]
+    parts += [f"refused: {len(by.get('refused', []))}", f"failed: {len(by.get('failed', []))}"]
+    console.print("; ".join(parts) + ".")
+    for verdict, label in (("approximate", "ran with an approximate environment"), ("no_oracle", "no oracle")):
+        if by.get(verdict):
+            console.print(f"{label}: {escape(', '.join(r.task_id for r in by[verdict]))}")
+    for r in by.get("refused", []):
+        console.print(f"[red]refused:[/red] {escape(r.task_id)}: {escape(str(r.refused))}")
+    if by.get("failed"):
+        console.print(f"[red]failing:[/red] {escape(', '.join(r.task_id for r in by['failed']))}")
+    return passed == len(results)
+
+
 def _print_checks(results: list[TaskCheck]) -> None:
     """One row per checked task: a table on a terminal, tab-separated lines in a pipe (ids never cut)."""
+    from claw_envs.check import NO_SOLUTION
+
     rows = []
     for r in results:
         null = "—" if r.null is None else str(r.null.outcome)
         if r.problem is not None:
             verdict, style = r.problem[:300], "red"
+        elif r.no_oracle:
+            verdict, style = f"ok, {NO_SOLUTION}: only doing nothing was checked", "yellow"
+            verdict += "; approximate environment: " + "; ".join(r.oracle.approximations)[:300] if r.approximate else ""
         elif r.approximate:
             verdict, style = "ok, approximate environment: " + "; ".join(r.oracle.approximations)[:300], "yellow"
         else:
             verdict, style = "ok", "green"
-        rows.append((r.task_id, str(r.oracle.outcome), null, f"{r.seconds:.1f}", verdict, style))
+        oracle = "—" if r.no_oracle else str(r.oracle.outcome)
+        rows.append((r.task_id, oracle, null, f"{r.seconds:.1f}", verdict, style))
     if not console.is_terminal:
         for row in rows:
             print("\t".join(row[:-1]))

@@ -2,7 +2,7 @@
 
 Every family gets the generic evaluation (mean outcome, success rate = avg@k, pass@k, bootstrap intervals,
 one JSONL record per episode); a family's spec may name an extension that adds its own metrics. Options come
-from the config tree (:mod:`claw_train.config`).
+from the config tree (:mod:`claw_train.options.tree`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from claw_train.argv import parse
-from claw_train.config import ConfigError, EvalArgs, check_model, resolve
-from claw_train.progress import Progress
+from claw_train.options.argv import parse
+from claw_train.options.resolve import check_model, resolve
+from claw_train.options.tree import ConfigError, EvalArgs
+from claw_train.runlog.progress import Progress
 
 EXAMPLES = """\
 examples:
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=False, soft_wrap=True)  # a piped log keeps each message on one line
     try:
         args = parse(EvalArgs, argv, prog="claw-eval", description=f"{EvalArgs.__doc__}\n\n{EXAMPLES}")
-        from claw_train.families import apply_sandbox_isolation, check_env_options, spec_for, tasks_for
+        from claw_train.options.families import apply_sandbox_isolation, check_env_options, spec_for, tasks_for
 
         if args.sessions is not None:
             return _sessions(args, console)
@@ -75,10 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _sessions(args: EvalArgs, console: Console) -> int:
     """``--sessions RUN_DIR``: the hint check of a served run (:mod:`claw_train.evaluation.sessions`)."""
-    from claw_train.checkpoints import read_json
     from claw_train.evaluation.sessions import SessionsError, check_sessions, report_lines
-    from claw_train.families import spec_for
+    from claw_train.options.families import spec_for
     from claw_train.policy.base import PolicyError
+    from claw_train.runlog.checkpoints import read_json
 
     run_dir = Path(args.sessions)
     options = read_json(run_dir / "run.json")
@@ -111,7 +112,7 @@ def _extension(args: EvalArgs, spec: Any) -> Any:
 
 def _report(args: EvalArgs, spec: Any, tasks: Any, console: Console) -> Any:
     from claw_train.evaluation import evaluate, grade_file
-    from claw_train.families import env_kwargs_for
+    from claw_train.options.families import env_kwargs_for
     from claw_train.policy.base import PolicyError, SamplingParams
 
     ext = _extension(args, spec)

@@ -8,11 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from claw_train import bind
-from claw_train.argv import parse
-from claw_train.config import ConfigError, ServeArgs, check_model, resolve
-from claw_train.named_models import builds_here, first_use_line
+from claw_train import access
+from claw_train.models.named import builds_here, first_use_line
+from claw_train.options.argv import parse
+from claw_train.options.resolve import check_model, resolve
+from claw_train.options.tree import ConfigError, ServeArgs
 
 HELP = """\
 claw-serve: an OpenAI-compatible server (POST /v1/chat/completions, GET /v1/models, /healthz, /metrics) in front
@@ -58,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse options and serve until stopped; returns the exit code."""
     try:
         args = parse(ServeArgs, argv, prog="claw-serve", description=HELP)
-        from claw_train.families import apply_sandbox_isolation, check_env_options, spec_for
+        from claw_train.options.families import apply_sandbox_isolation, check_env_options, spec_for
 
         spec = spec_for(args.run.env, personal=True)
         args = resolve(args, spec, command="serve")
@@ -68,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"claw-serve: {err}", file=sys.stderr)
         return 2
-    key = bind.api_key(args.serving.api_key)
-    if refused := bind.refusal(args.serving.host, key, exposes="use the model and train it"):
+    key = access.api_key(args.serving.api_key)
+    if refused := access.refusal(args.serving.host, key, exposes="use the model and train it"):
         print(f"claw-serve: {refused}", file=sys.stderr)  # before torch and the model load (~10 s)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -81,42 +83,75 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from claw_train.pipeline import RunError
-    from claw_train.policy.base import PolicyError
-    from claw_train.replay import replay_rows
     from claw_train.serve import serve
-    from claw_train.serve.app import API_KEY_ENV
-    from claw_train.trainer_options import trainer_extras
 
     hf_logging.disable_progress_bar()
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    try:
-        trainer_extras(args.training)  # a misspelt or mistyped --trainer option too
-        replay_rows(args.training, spec, args.run.model)  # a missing or malformed --replay-data file
-    except (RunError, ConfigError) as err:
-        say(f"claw-serve: {err}")
-        return 2
-
-    model_path = None
-    if builds_here(args.run.model):
-        from claw_train.policy.loader import resolve_model
-
-        say(first_use_line(args.run.model))
-        try:
-            model_path = resolve_model(
-                args.run.model, family=spec.name, progress=True, say=say, warm_start=args.run.warm_start
-            )
-        except PolicyError as err:
-            say(f"cannot build the {args.run.model} model: {err}")
-            return 1
+    model_path = _prepare(args, spec, say)
+    if isinstance(model_path, int):
+        return model_path
     out = args.run.output_dir or "runs/serve"
-    from claw_train.config import replace
+    from claw_train.options.tree import replace
 
     args = replace(args, output_dir=out)
 
-    viewers = []
+    viewers: list[Any] = []
+    ready = _announcer(args, key, sandbox_note, viewers, say)
+
+    try:
+        result = asyncio.run(serve(args, on_ready=ready, model_path=model_path, on_message=say))
+    except (RunError, ValueError) as err:
+        say(f"claw-serve: {err}")
+        return 2
+    except KeyboardInterrupt:  # before the server took over Ctrl-C (loading the model)
+        say("interrupted while starting")
+        return 130
+    finally:
+        for viewer in viewers:
+            viewer.close()
+    counts = result.counters.get("counts", {})
+    print(
+        f"claw-serve stopped ({result.status}: {result.message}); {counts.get('requests', 0)} requests, "
+        f"{result.updates} updates, checkpoint {result.checkpoint or 'none (no update made)'}"
+    )
+    print(json.dumps({"masked": result.counters.get("masked", {})}))
+    return 0 if result.status in ("interrupted", "done") else 1
+
+
+def _prepare(args: Any, spec: Any, say: Any) -> Any:
+    """Checks that need the trainer's code (a misspelt ``--trainer`` option, a bad ``--replay-data`` file), then the
+    model built here (``tiny``, a named model) when it is one: its folder, ``None`` for any other, or an exit code."""
+    from claw_train.pipeline import RunError
+    from claw_train.policy.base import PolicyError
+    from claw_train.training.options import trainer_extras
+    from claw_train.training.replay import replay_rows
+
+    try:
+        trainer_extras(args.training)
+        replay_rows(args.training, spec, args.run.model)
+    except (RunError, ConfigError) as err:
+        say(f"claw-serve: {err}")
+        return 2
+    if not builds_here(args.run.model):
+        return None
+    from claw_train.policy.loader import resolve_model
+
+    say(first_use_line(args.run.model))
+    try:
+        return resolve_model(args.run.model, family=spec.name, progress=True, say=say, warm_start=args.run.warm_start)
+    except PolicyError as err:
+        say(f"cannot build the {args.run.model} model: {err}")
+        return 1
+
+
+def _announcer(args: Any, key: str, sandbox_note: str | None, viewers: list[Any], say: Any) -> Any:
+    """What runs once the server listens: the page beside it with ``--view``, and where to point a client."""
+    from claw_train.serve.app import API_KEY_ENV
+
+    out = args.run.output_dir
 
     def ready(url: str, _pipeline: object) -> None:
         if args.view:
@@ -139,24 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {sandbox_note}")
         sys.stdout.flush()  # a log file or a pipe sees the URL at once
 
-    try:
-        result = asyncio.run(serve(args, on_ready=ready, model_path=model_path, on_message=say))
-    except (RunError, ValueError) as err:
-        say(f"claw-serve: {err}")
-        return 2
-    except KeyboardInterrupt:  # before the server took over Ctrl-C (loading the model)
-        say("interrupted while starting")
-        return 130
-    finally:
-        for viewer in viewers:
-            viewer.close()
-    counts = result.counters.get("counts", {})
-    print(
-        f"claw-serve stopped ({result.status}: {result.message}); {counts.get('requests', 0)} requests, "
-        f"{result.updates} updates, checkpoint {result.checkpoint or 'none (no update made)'}"
-    )
-    print(json.dumps({"masked": result.counters.get("masked", {})}))
-    return 0 if result.status in ("interrupted", "done") else 1
+    return ready
 
 
 def app() -> None:

@@ -1,6 +1,6 @@
 """`claw-train`: learn online from next-state signals while the policy keeps serving.
 
-Options come from the config tree (:mod:`claw_train.config`); the env family's spec fills in what is left
+Options come from the config tree (:mod:`claw_train.options.tree`); the env family's spec fills in what is left
 unset (method, generation budget, turn limit, group size, evaluation cadence).
 """
 
@@ -12,9 +12,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from claw_train.argv import parse
-from claw_train.config import ConfigError, TrainArgs, check_model, resolve
-from claw_train.named_models import builds_here, first_use_line
+from claw_train.models.named import builds_here, first_use_line
+from claw_train.options.argv import parse
+from claw_train.options.resolve import check_model, resolve
+from claw_train.options.tree import ConfigError, TrainArgs
 
 EXAMPLES = """\
 examples:
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     try:
         args = parse(TrainArgs, argv, prog="claw-train", description=f"{TrainArgs.__doc__}\n\n{EXAMPLES}")
-        from claw_train.families import apply_sandbox_isolation, check_env_options, spec_for, tasks_for
+        from claw_train.options.families import apply_sandbox_isolation, check_env_options, spec_for, tasks_for
 
         spec = spec_for(args.run.env)
         args = resolve(args, spec, command="train")
@@ -59,12 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "OMP_NUM_THREADS" in os.environ:  # the user's thread cap holds for the policy too
             os.environ.setdefault("CLAW_POLICY_THREADS", os.environ["OMP_NUM_THREADS"])
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))
-    from claw_train.distributed import process_rank
     from claw_train.pipeline import Pipeline, RunError
     from claw_train.pipeline.cluster import join_cluster
     from claw_train.pipeline.ranks import refuse_sharded_weights
     from claw_train.policy.base import PolicyError
-    from claw_train.replay import replay_rows
+    from claw_train.training.distributed import process_rank
+    from claw_train.training.replay import replay_rows
 
     model_path = None
     try:
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_model(args, hub=True)
         from transformers.utils import logging as hf_logging
 
-        from claw_train.trainer_options import trainer_extras
+        from claw_train.training.options import trainer_extras
 
         hf_logging.disable_progress_bar()  # the live display says what is going on
         trainer_extras(args.training)  # a misspelt or mistyped --trainer option: before any model loads
@@ -106,7 +107,7 @@ def _report(pipeline: Any, result: Any, console: Any, sandbox_note: str | None =
 
     from rich.markup import escape
 
-    from claw_train.plots import summary_table
+    from claw_train.runlog.plots import summary_table
 
     if sandbox_note:
         console.print(f"[yellow]{escape(sandbox_note)}[/yellow]")

@@ -46,7 +46,7 @@ class ViewArgs:
 def main(argv: Sequence[str] | None = None) -> int:
     """Check the folders and the address, then serve until Ctrl-C; returns the exit code."""
     args = tyro.cli(ViewArgs, args=argv, prog="claw-view", description=HELP)
-    from claw_train.bind import api_key, refusal
+    from claw_train.access import api_key, refusal
     from claw_train.view.runs import NotARun, RunIndex
     from claw_train.view.server import ViewServer, listen
 

@@ -23,10 +23,10 @@ from claw_envs.evaluation import Evaluation
 from claw_envs.pool import EnvPool
 from claw_envs.spec import resolve
 from claw_envs.tasks import Task, TaskSource
+from claw_train.agent_loop import action_text
 from claw_train.evaluation.metrics import summarize
-from claw_train.logs import json_line
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
-from claw_train.rollout import action_text
+from claw_train.runlog.logs import json_line
 
 TURN_SEED_STRIDE = 1_000_003
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from claw_envs import FamilySpec
 from claw_envs.spec import resolve
-from claw_train.logs import Ledger, json_line, read_logs
 from claw_train.policy.base import SamplingParams
+from claw_train.runlog.logs import Ledger, json_line, read_logs
 
 REPORT = "sessions_check.json"
 
@@ -75,9 +75,9 @@ def _last_user(rendered: str) -> str:
 
 async def check_sessions(run_dir: Path, spec: FamilySpec, *, max_new_tokens: int, seed: int = 0) -> dict[str, Any]:
     """Run the check on ``run_dir``; returns the report (also written to ``RUN_DIR/sessions_check.json``)."""
-    from claw_train.checkpoints import last_checkpoint, read_json
+    from claw_train.options.yaml_text import option_values
     from claw_train.policy.loader import load_policy, resolve_model
-    from claw_train.yaml_text import option_values
+    from claw_train.runlog.checkpoints import last_checkpoint, read_json
     from judges import PRMJudge, make_backend
 
     options = read_json(run_dir / "run.json") or {}

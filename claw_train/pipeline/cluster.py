@@ -21,8 +21,8 @@ from claw_envs.sandbox.isolation import ISOLATION_ENV
 from claw_train.pipeline.rundir import RunError
 
 if TYPE_CHECKING:
-    from claw_train.config import RolloutConfig
-    from claw_train.pipeline.episodes import EpisodeRunner
+    from claw_train.options.tree import RolloutConfig
+    from claw_train.pipeline.episode_runner import EpisodeRunner
     from claw_train.policy.base import Policy
 
 PROBE_TIMEOUT = 5.0
@@ -132,7 +132,7 @@ def episode_runner(
     played by ``policy`` here), or rollout workers there when ``worker_policy`` (``load_policy``'s arguments for
     their clients) is given."""
     from claw_envs.pool import EnvPool
-    from claw_train.pipeline.episodes import LocalEpisodes
+    from claw_train.pipeline.episode_runner import LocalEpisodes
 
     if rollout.ray_address is None:
         return LocalEpisodes(EnvPool(env_id, size, env_kwargs=env_kwargs), policy)

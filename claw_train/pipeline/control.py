@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from claw_train.metrics import Stats
+from claw_train.runlog.metrics import Stats
 
 T = TypeVar("T")
 

@@ -19,36 +19,37 @@ import numpy as np
 
 from claw_envs.tasks import TaskSource
 from claw_train.advantages import MethodSettings
-from claw_train.checkpoints import checkpoint_step
-from claw_train.config import PipelineArgs, TrainArgs, as_flat_dict
-from claw_train.families import env_kwargs_for, spec_for, tasks_for
-from claw_train.judging import SampleMaker
-from claw_train.logs import VersionedLog
-from claw_train.metrics import TRAINER_COUNTERS, Counters, Stats
+from claw_train.options.families import env_kwargs_for, spec_for, tasks_for
+from claw_train.options.tree import PipelineArgs, TrainArgs, as_flat_dict
 from claw_train.pipeline.budget import InFlightBudget
 from claw_train.pipeline.cluster import episode_runner, join_cluster, worker_policy
 from claw_train.pipeline.control import RunControl
-from claw_train.pipeline.episodes import EpisodeRunner
+from claw_train.pipeline.episode_runner import EpisodeRunner
 from claw_train.pipeline.evaluations import EvalSchedule, Evaluations
 from claw_train.pipeline.failures import FailureMonitor
 from claw_train.pipeline.guards import first_failure, stop_on_signals, watch_for_signal
 from claw_train.pipeline.judge_workers import JudgeWorkers
-from claw_train.pipeline.parts import PipelineResult, RunParts, TurnSource
+from claw_train.pipeline.parts import Parts, PipelineResult, RunParts, TurnSource, close_part
 from claw_train.pipeline.ranks import RankLink
 from claw_train.pipeline.reporting import success_name, write_summary
-from claw_train.pipeline.rollouts import EnvRollouts, RolloutShape, SyncRounds, in_flight_budget
 from claw_train.pipeline.rundir import RunDir, RunError
 from claw_train.pipeline.trainer_thread import TrainerSetup, TrainerThread
+from claw_train.pipeline.turn_sources import EnvRollouts, RolloutShape, SyncRounds, in_flight_budget
 from claw_train.pipeline.turns import TurnQueue
 from claw_train.pipeline.workers import RolloutWorkers
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
 from claw_train.policy.guarded import GuardedPolicy, PolicyDown
-from claw_train.records import TrainSample
+from claw_train.runlog.checkpoints import checkpoint_step
+from claw_train.runlog.decisions import DecisionLog
+from claw_train.runlog.logs import VersionedLog
+from claw_train.runlog.metrics import TRAINER_COUNTERS, Counters, Stats
+from claw_train.samples.making import SampleMaker
+from claw_train.samples.records import TrainSample
 from judges.base import Judge
 
 
 class Pipeline:
-    """One online training run over resolved options (:func:`claw_train.config.resolve`).
+    """One online training run over resolved options (:func:`claw_train.options.resolve.resolve`).
 
     ``policy``/``judge`` may be injected (tests); ``model_path`` is ``--model`` already resolved (e.g. the
     bootstrapped tiny model's directory); ``source`` builds the turn source from the run's parts (default: env
@@ -90,14 +91,8 @@ class Pipeline:
         self._given_policy, self._given_judge, self._model_path = policy, judge, model_path
         self._source = source
         self._title = title
-        self.log: VersionedLog | None = None  # the run's per-version logs (open while it runs)
-        self.trainer: TrainerThread | None = None
-        self.budget: InFlightBudget | None = None
-        self._runner: EpisodeRunner | None = None
-        self._policy: GuardedPolicy | None = None
-        self._judge: Judge | None = None
-        self._evaluations: Evaluations | None = None
-        self._evals: list[dict[str, Any]] = []
+        self._evals: list[dict[str, Any]] = []  # evaluations kept from before a resume
+        self._parts: Parts | None = None  # the running parts, set once, when all of them are built
 
     # -- public -----------------------------------------------------------------------------
 
@@ -113,13 +108,19 @@ class Pipeline:
         snap["samples_per_second"] = self.stats.samples_per_second()
         snap["updates"] = self.control.step
         snap["target"] = self.training.updates
-        if self.trainer is not None and self.trainer.trainer is not None:
+        parts = self._parts
+        if parts is not None and parts.trainer is not None and parts.trainer.trainer is not None:
             snap["trainer"] = self.drops.as_dict()
-        if self._judge is not None:
-            snap["judge"] = self._judge.metrics_dict()
-        if self.budget is not None:
-            snap["in_flight"] = self.budget.books()
+        if parts is not None:
+            snap["judge"] = parts.judge.metrics_dict()
+        if parts is not None and parts.budget is not None:
+            snap["in_flight"] = parts.budget.books()
         return snap
+
+    @property
+    def log(self) -> VersionedLog | None:
+        """The run's per-version logs while it runs."""
+        return self._parts.log if self._parts is not None else None
 
     def title(self) -> str:
         """The run's title: the one given, else env · method · model · sync or async."""
@@ -143,59 +144,51 @@ class Pipeline:
         restore_signals = stop_on_signals(self.request_stop)
         tasks: list[asyncio.Task] = []
         status, message = "error", "did not start"
-        try:
-            policy, judge, train_tasks = await self._load_parts(log)
-            if resume_from is None:
-                self.control.served.set()
-            maker = SampleMaker(
-                settings=MethodSettings(
-                    self.training.method, self.training.w_rl, self.training.w_opd, self.training.prm_c
-                ),
-                judge=judge,
-                policy=policy,
-                stats=self.stats,
-                log=log,
-                attempt=attempt,
-                temperature=self.rollout.temperature,
-                fatal=lambda err: isinstance(err, PolicyDown),
-            )
-            judges = JudgeWorkers(
-                maker, turns=self.turns, samples=self.samples, control=self.control, stats=self.stats, say=self.say
-            )
-            trainer_done: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
-            if self.train:
-                self.trainer = self._trainer_thread(log, policy, judge)
-                self.trainer.start(self._model_path or self.run_cfg.model, resume_from, trainer_done)
-            else:
-                waiter = asyncio.ensure_future(self.control.closed.wait())  # serving only: done when closed
-                waiter.add_done_callback(lambda _: trainer_done.done() or trainer_done.set_result(("stopped",) * 2))
-            tasks += self._start_workers(log, policy, judges, train_tasks, rng, attempt)
-            watch = asyncio.ensure_future(first_failure(tasks))
-            done, _ = await asyncio.wait({trainer_done, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if watch in done and trainer_done not in done:
-                err = watch.result()
-                self.request_stop("error", f"a worker failed: {type(err).__name__}: {err}")
-                await trainer_done
-            status, message = trainer_done.result()
-            if self.trainer is not None:
-                await self.trainer.join()
-        except RunError as err:
-            message = str(err)
-            raise
-        except PolicyError as err:
-            status, message = "policy_failed", f"the policy could not start: {err}"
-        finally:
-            await asyncio.to_thread(self.link.turn_away, message)  # other ranks still waiting to start: exit
-            restore_signals()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self._close_parts(log)
+        async with contextlib.AsyncExitStack() as closing:
+            closing.callback(log.close)
+            try:
+                parts = self._parts = await self._build(log, rng, attempt, closing)
+                if resume_from is None:
+                    self.control.served.set()
+                trainer_done: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
+                if parts.trainer is not None:
+                    parts.trainer.start(self._model_path or self.run_cfg.model, resume_from, trainer_done)
+                else:
+                    waiter = asyncio.ensure_future(self.control.closed.wait())  # serving only: done when closed
+                    waiter.add_done_callback(lambda _: trainer_done.done() or trainer_done.set_result(("stopped",) * 2))
+                tasks += self._start(parts)
+                status, message = await self._wait(trainer_done, tasks, parts.trainer)
+            except RunError as err:
+                message = str(err)
+                raise
+            except PolicyError as err:
+                status, message = "policy_failed", f"the policy could not start: {err}"
+            finally:
+                await asyncio.to_thread(self.link.turn_away, message)  # other ranks still waiting to start: exit
+                restore_signals()
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                self._drain()
         if self.control.stop_reason is not None and status in ("done", "stopped"):
             status, message = self.control.stop_reason
         if status == "stopped":
             status = "interrupted"
         return self._result(status, message, started)
+
+    async def _wait(
+        self, trainer_done: asyncio.Future[tuple[str, str]], tasks: list[asyncio.Task], trainer: TrainerThread | None
+    ) -> tuple[str, str]:
+        """Until the trainer is done (or a worker fails, which stops the run): how the run ended."""
+        watch = asyncio.ensure_future(first_failure(tasks))
+        done, _ = await asyncio.wait({trainer_done, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if watch in done and trainer_done not in done:
+            err = watch.result()
+            self.request_stop("error", f"a worker failed: {type(err).__name__}: {err}")
+            await trainer_done
+        if trainer is not None:
+            await trainer.join()
+        return trainer_done.result()
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -212,62 +205,85 @@ class Pipeline:
             self._evals = self.rundir.evals_until(step)
             if resume_from is None:
                 self.say("--resume: no checkpoint was saved yet; training starts again from the initial weights")
-        self.log = VersionedLog(self.out / "logs")
-        return resume_from, self.log, np.random.default_rng([self.run_cfg.seed, attempt]), attempt
+        log = VersionedLog(self.out / "logs")
+        return resume_from, log, np.random.default_rng([self.run_cfg.seed, attempt]), attempt
 
-    async def _load_parts(self, log: VersionedLog) -> tuple[GuardedPolicy, Judge, TaskSource | None]:
-        """The policy, the judge and the training tasks (agent groups draw theirs; the personal track's envs take
-        ``--tasks`` if given), each checked before anything runs."""
+    async def _build(
+        self, log: VersionedLog, rng: np.random.Generator, attempt: int, closing: contextlib.AsyncExitStack
+    ) -> Parts:
+        """Every part of the run, loaded and checked before any starts; each one that holds resources is closed by
+        ``closing`` (the runner first, then the judge, the policy and, last, the log)."""
         await asyncio.to_thread(join_cluster, self.rollout)  # an unreachable --ray-address fails before any model
         self.stats.set_status("loading the policy")
         tasks = None
         if self.rollout.tasks is not None or not self.personal:
             tasks = tasks_for(self.spec, self.rollout.tasks, "train")
+        from claw_train.policy.loader import load_policy, resolve_model
+
+        cfg = self.run_cfg
         if self._model_path is None:
-            self._model_path = await asyncio.to_thread(self._resolve_model)
-        policy = self._policy = GuardedPolicy(self._given_policy or await asyncio.to_thread(self._load_policy))
+            how = {"family": self.spec.name, "progress": False, "say": self.say, "warm_start": cfg.warm_start}
+            self._model_path = await asyncio.to_thread(resolve_model, cfg.model, **how)
+        model = self._model_path if cfg.policy == "inprocess" else cfg.model
+        how = {"family": self.spec.name, "progress": False, "retries": self.training.policy_retries}
+        policy = GuardedPolicy(self._given_policy or await asyncio.to_thread(load_policy, model, cfg.policy, **how))
+        closing.push_async_callback(close_part, policy.inner)
         try:
-            judge = self._judge = self._given_judge or self._make_judge(policy)
+            judge = self._given_judge or self._make_judge(policy)
         except ValueError as err:
             raise RunError(f"--judge {self.training.judge}: {err}") from None
+        closing.push_async_callback(close_part, judge)
         if problem := await judge.reachable():
             raise RunError(f"--judge {self.training.judge}: {problem}")
         remote = self.run_cfg.policy != "inprocess" and self._given_policy is None
         if remote and not await policy.healthy():
             raise RunError(f"--policy {self.run_cfg.policy}: the server does not answer a one-token request")
-        if isinstance(self.args, TrainArgs):
-            schedule = EvalSchedule(self.args.eval_every or 0, tuple(self.args.eval_at))
-            self._evaluations = Evaluations(
-                schedule,
-                self.args.evaluation,
-                spec=self.spec,
-                rollout=self.rollout,
-                policy=policy.inner,
-                sampling=self.sampling,
-                stats=self.stats,
-                rundir=self.rundir,
-                log=log,
-                say=self.say,
-                rows=self._evals,
+        evaluations = self._evaluations(log, policy) if isinstance(self.args, TrainArgs) else None
+        settings = MethodSettings(self.training.method, self.training.w_rl, self.training.w_opd, self.training.prm_c)
+        maker = SampleMaker(
+            settings=settings,
+            judge=judge,
+            policy=policy,
+            stats=self.stats,
+            log=DecisionLog(log, settings, tokenizer=getattr(policy, "tokenizer", None)),
+            attempt=attempt,
+            temperature=self.rollout.temperature,
+            fatal=lambda err: isinstance(err, PolicyDown),
+        )
+        judges = JudgeWorkers(
+            maker, turns=self.turns, samples=self.samples, control=self.control, stats=self.stats, say=self.say
+        )
+        trainer = self._trainer_thread(log, policy, judge, evaluations) if self.train else None
+        if self._source is not None:
+            loaded = RunParts(
+                self.control, self.stats, log, policy, self.sampling, self.turns, self.spec, self.train, self.snapshot
             )
-        return policy, judge, tasks
+            source, runner, budget = self._source(loaded), None, None
+        else:
+            source, runner, budget = self._rollouts(policy, judges, tasks, rng, attempt)
+            closing.push_async_callback(close_part, runner)
+        return Parts(log, policy, judge, evaluations, judges, trainer, runner, budget, source)
 
-    def _resolve_model(self) -> str:
-        from claw_train.policy.loader import resolve_model
-
-        cfg = self.run_cfg
-        return resolve_model(cfg.model, family=self.spec.name, progress=False, say=self.say, warm_start=cfg.warm_start)
-
-    def _load_policy(self) -> Policy:
-        from claw_train.policy.loader import load_policy
-
-        model = self._model_path if self.run_cfg.policy == "inprocess" else self.run_cfg.model
-        return load_policy(
-            model, self.run_cfg.policy, family=self.spec.name, progress=False, retries=self.training.policy_retries
+    def _evaluations(self, log: VersionedLog, policy: GuardedPolicy) -> Evaluations:
+        """The held-out evaluations of a training run (``--eval-every``, ``--eval-at``)."""
+        assert isinstance(self.args, TrainArgs)
+        schedule = EvalSchedule(self.args.eval_every or 0, tuple(self.args.eval_at))
+        return Evaluations(
+            schedule,
+            self.args.evaluation,
+            spec=self.spec,
+            rollout=self.rollout,
+            policy=policy.inner,
+            sampling=self.sampling,
+            stats=self.stats,
+            rundir=self.rundir,
+            log=log,
+            say=self.say,
+            rows=self._evals,
         )
 
     def _make_judge(self, policy: GuardedPolicy) -> Judge:
-        from claw_train.yaml_text import option_values
+        from claw_train.options.yaml_text import option_values
         from judges import make_judge
 
         return make_judge(
@@ -280,7 +296,11 @@ class Pipeline:
         )
 
     def _trainer_thread(
-        self, log: VersionedLog | None, policy: GuardedPolicy | None, judge: Judge | None
+        self,
+        log: VersionedLog | None,
+        policy: GuardedPolicy | None,
+        judge: Judge | None,
+        evaluations: Evaluations | None = None,
     ) -> TrainerThread:
         remote = self.run_cfg.policy != "inprocess"
         setup = TrainerSetup(
@@ -303,31 +323,17 @@ class Pipeline:
             ledger=self.rundir.ledger,
             policy=policy.inner if policy else None,
             judge=judge,
-            evaluations=self._evaluations,
+            evaluations=evaluations,
             say=self.say,
         )
 
-    def _start_workers(
-        self,
-        log: VersionedLog,
-        policy: GuardedPolicy,
-        judges: JudgeWorkers,
-        tasks: TaskSource | None,
-        rng: np.random.Generator,
-        attempt: int,
-    ) -> list[asyncio.Task]:
-        """The turn source (env rollouts, unless one was given), the judge workers and the signal watch."""
-        if self._source is not None:
-            parts = RunParts(
-                self.control, self.stats, log, policy, self.sampling, self.turns, self.spec, self.train, self.snapshot
-            )
-            started = self._source(parts).start()
-        else:
-            started = self._rollouts(policy, judges, tasks, rng, attempt).start()
+    def _start(self, parts: Parts) -> list[asyncio.Task]:
+        """The turn source, the judge workers and the signal watch."""
+        started = parts.source.start()
         if self.train and not self.sync:
-            started += judges.start(self.training.judge_workers)
+            started += parts.judges.start(self.training.judge_workers)
         limit = self.training.max_wait_for_signal
-        if self.train and self._runner is not None and limit > 0:
+        if self.train and parts.runner is not None and limit > 0:
             started.append(asyncio.create_task(watch_for_signal(self.control, self.stats, limit)))
         return started
 
@@ -338,8 +344,8 @@ class Pipeline:
         tasks: TaskSource | None,
         rng: np.random.Generator,
         attempt: int,
-    ) -> TurnSource:
-        """Env rollouts (or sync rounds) on the run's episode runner."""
+    ) -> tuple[TurnSource, EpisodeRunner, InFlightBudget | None]:
+        """Env rollouts (or sync rounds) on a new episode runner, and the in-flight budget they keep."""
         per_worker = 1 if self.personal else self.training.group_size
         kwargs = env_kwargs_for(self.spec, self.rollout)
         if tasks is not None:
@@ -352,16 +358,17 @@ class Pipeline:
             family=self.spec.name,
             retries=self.training.policy_retries,
         )
-        self._runner = episode_runner(self.spec.env_id, size, kwargs, self.rollout, policy, workers)
-        if isinstance(self._runner, RolloutWorkers):
+        runner = episode_runner(self.spec.env_id, size, kwargs, self.rollout, policy, workers)
+        if isinstance(runner, RolloutWorkers):
             self.say(f"rollouts: up to {size} rollout workers (env + policy client) on the Ray cluster")
+        budget = None
         if not self.sync:
-            lone_turns = self.personal and not isinstance(self._runner, RolloutWorkers)  # else whole episodes
-            self.budget = in_flight_budget(self.training, self.rollout, self.spec, lone_turns=lone_turns)
+            lone_turns = self.personal and not isinstance(runner, RolloutWorkers)  # else whole episodes
+            budget = in_flight_budget(self.training, self.rollout, self.spec, lone_turns=lone_turns)
         self.stats.set_status("running (sync)" if self.sync else "running")
         shape = RolloutShape(self.personal, self.training.group_size or 1, self.rollout.rollout_workers, attempt)
         rollouts = EnvRollouts(
-            self._runner,
+            runner,
             shape,
             turns=self.turns,
             control=self.control,
@@ -370,11 +377,11 @@ class Pipeline:
             sampling=self.sampling,
             rng=rng,
             tasks=tasks,
-            budget=self.budget,
+            budget=budget,
         )
         if not self.sync:
-            return rollouts
-        return SyncRounds(
+            return rollouts, runner, budget
+        rounds = SyncRounds(
             rollouts,
             judges.judge,
             samples=self.samples,
@@ -382,23 +389,19 @@ class Pipeline:
             max_staleness=self.training.max_staleness,
             drops=self.drops,
         )
+        return rounds, runner, budget
 
-    async def _close_parts(self, log: VersionedLog) -> None:
-        """Close the runner, the judge and the policy; what is still queued gives its in-flight slots back."""
+    def _drain(self) -> None:
+        """What is still queued gives its in-flight slots back."""
         self.turns.drain()
         while not self.samples.empty():
             self.samples.get_nowait().turn.release_slot()
-        policy = self._policy.inner if self._policy is not None else self._given_policy
-        for part in (self._runner, self._judge, policy):
-            if part is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(part.aclose(), 60)
-        log.close()
 
     def _result(self, status: str, message: str, started: float) -> PipelineResult:
         """The run's result, also written as ``summary.json`` with the learning curve."""
-        evals = list(self._evaluations.rows if self._evaluations is not None else self._evals)
-        checkpoint = self.trainer.checkpoint if self.trainer is not None else None
+        parts = self._parts
+        evals = list(parts.evaluations.rows if parts is not None and parts.evaluations is not None else self._evals)
+        checkpoint = parts.trainer.checkpoint if parts is not None and parts.trainer is not None else None
         result = PipelineResult(
             status=status,
             message=message,
@@ -429,19 +432,19 @@ class Pipeline:
         """Another rank's run: wait for rank 0's word, then train on this rank's share of each step."""
         rank = self.link.ranks.rank if self.link.ranks is not None else 0
         word = await asyncio.to_thread(self.link.await_word)
-        self.trainer = self._trainer_thread(None, None, None)
+        trainer = self._trainer_thread(None, None, None)
         if word.error is not None or word.model_path is None:
             status, message = "error", f"rank 0 stopped before training: {word.error}"
         else:
             self.stats.set_status(f"rank {rank}: training on its share of rank 0's samples")
-            status, message = await asyncio.to_thread(self.trainer.follow, word.model_path, word.resume_from)
+            status, message = await asyncio.to_thread(trainer.follow, word.model_path, word.resume_from)
         return PipelineResult(
             status=status,
             message=f"rank {rank}: {message}",
-            updates=self.trainer.step,
+            updates=trainer.step,
             wall_time=time.monotonic() - started,
             evals=[],
             counters={},
             output_dir=self.out,
-            checkpoint=self.trainer.checkpoint,
+            checkpoint=trainer.checkpoint,
         )

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from claw_envs import FamilySpec
-from claw_train.config import EvalConfig, RolloutConfig
-from claw_train.families import env_kwargs_for, tasks_for
-from claw_train.logs import VersionedLog
-from claw_train.metrics import Stats
+from claw_train.options.families import env_kwargs_for, tasks_for
+from claw_train.options.tree import EvalConfig, RolloutConfig
 from claw_train.pipeline.rundir import RunDir
 from claw_train.policy.base import Policy, SamplingParams
+from claw_train.runlog.logs import VersionedLog
+from claw_train.runlog.metrics import Stats
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@ policy whose generations keep failing (though it answers its health probe) is no
 
 from __future__ import annotations
 
-from claw_train.metrics import Stats
 from claw_train.pipeline.control import RunControl
+from claw_train.runlog.metrics import Stats
 
 GENERATION_FAILURE_STREAK = 32  # episodes in a row whose generation failed (the probe answering): stop
 ENV_FAILURE_STREAK = 8  # episodes in a row that fail before any succeeded: the env is broken, stop

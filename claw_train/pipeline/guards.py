@@ -10,8 +10,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from claw_train.metrics import Stats
 from claw_train.pipeline.control import RunControl
+from claw_train.runlog.metrics import Stats
 
 
 async def watch_for_signal(control: RunControl, stats: Stats, limit: float) -> None:

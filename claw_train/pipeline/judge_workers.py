@@ -1,18 +1,18 @@
 """The judge workers: take items off the turn queue, judge them into training samples
-(:class:`~claw_train.judging.SampleMaker`) and put those on the sample queue; masked turns give their in-flight slots
-back here, trained ones when the trainer takes them."""
+(:class:`~claw_train.samples.making.SampleMaker`) and put those on the sample queue; masked turns give their in-flight
+slots back here, trained ones when the trainer takes them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
-from claw_train.judging import SampleMaker
-from claw_train.metrics import Stats
 from claw_train.pipeline.control import RunControl
 from claw_train.pipeline.turns import Item, TurnQueue, release_item, turns_of
 from claw_train.policy.guarded import PolicyDown
-from claw_train.records import TrainSample
+from claw_train.runlog.metrics import Stats
+from claw_train.samples.making import SampleMaker
+from claw_train.samples.records import TrainSample
 
 STARVED_AT = (100, 1000, 10000)  # masked turns with no sample yet at which the run says it waits for signal
 

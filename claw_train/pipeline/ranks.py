@@ -1,4 +1,4 @@
-"""The pipeline across processes (:mod:`claw_train.distributed`): rank 0 leads, every other rank follows.
+"""The pipeline across processes (:mod:`claw_train.training.distributed`): rank 0 leads, every other rank follows.
 
 Rank 0 runs the whole pipeline. Once it has resolved the model and the checkpoint to resume from it tells the
 other ranks (:meth:`RankLink.go`); each builds the same trainer and trains on its share of every step's samples,
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from claw_train.distributed import Ranks, RanksDisagree, join, sharded_weights, world_size
 from claw_train.pipeline.rundir import RunError
+from claw_train.training.distributed import Ranks, RanksDisagree, join, sharded_weights, world_size
 
 
 def refuse_sharded_weights() -> None:

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from claw_train.metrics import Stats
 from claw_train.pipeline.rundir import RunDir
+from claw_train.runlog.metrics import Stats
 
 
 def write_summary(
@@ -27,7 +27,7 @@ def write_summary(
 ) -> None:
     """The learning curve and ``summary.json`` of the run in ``rundir`` (``success_name``: what the family's
     evaluation calls an episode that succeeds, as the summary labels the success rate)."""
-    from claw_train.plots import learning_curve
+    from claw_train.runlog.plots import learning_curve
 
     out = rundir.root
     train_curve = [(u["update"], u.get("score_mean")) for u in rundir.ledger.effective()]
@@ -41,6 +41,7 @@ def write_summary(
             "message": message,
             "updates": updates,
             "wall_time": round(wall_time, 1),
+            "peak_memory_mb": peak_memory_mb(),
             **stats.totals(),
             "success_name": success_name,
             "paths": {
@@ -55,6 +56,14 @@ def write_summary(
             "checkpoint": str(checkpoint) if checkpoint else None,
         }
     )
+
+
+def peak_memory_mb() -> int:
+    """The largest resident memory of this process, or of a child process it waited for, so far (MB)."""
+    import resource
+
+    usage = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return max(usage) // 1024
 
 
 def success_name(evaluation: str | None) -> str:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from claw_train.checkpoints import checkpoint_step, last_checkpoint, read_json
-from claw_train.logs import Ledger, json_line, read_jsonl
+from claw_train.runlog.checkpoints import checkpoint_step, last_checkpoint, read_json
+from claw_train.runlog.logs import Ledger, json_line, read_jsonl
 
 IDENTITY = ("env", "method", "model", "lora")
 

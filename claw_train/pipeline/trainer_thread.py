@@ -1,7 +1,7 @@
-"""The trainer's side of the pipeline: :class:`~claw_train.trainer.ClawTrainer` in its own thread (blocking torch),
-fed from the asyncio sample queue, publishing weights to the serving policy after every optimizer step, writing
-the ledger and the per-version logs, running evaluations when due and saving the last checkpoint when the run
-ends. Everything it does on the event loop goes through the run's :class:`~claw_train.pipeline.control.LoopBridge`.
+"""The trainer's side of the pipeline: :class:`~claw_train.training.trainer.ClawTrainer` in its own thread (blocking
+torch), fed from the asyncio sample queue, publishing weights to the serving policy after every optimizer step, writing
+the ledger and the per-version logs, running evaluations when due and saving the last checkpoint when the run ends.
+Everything it does on the event loop goes through the run's :class:`~claw_train.pipeline.control.LoopBridge`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import Any
 
 from claw_envs import FamilySpec
 from claw_envs.retry import retry_sync
-from claw_train.checkpoints import last_checkpoint
-from claw_train.config import TrainingConfig
-from claw_train.logs import Ledger, VersionedLog
-from claw_train.metrics import Counters, Stats
+from claw_train.options.tree import TrainingConfig
 from claw_train.pipeline.control import LoopBridge, RunControl
 from claw_train.pipeline.evaluations import Evaluations
 from claw_train.pipeline.ranks import RankLink
 from claw_train.policy.base import Policy, PolicyError
-from claw_train.records import TrainSample
+from claw_train.runlog.checkpoints import last_checkpoint
+from claw_train.runlog.logs import Ledger, VersionedLog
+from claw_train.runlog.metrics import Counters, Stats
+from claw_train.samples.records import TrainSample
 from judges.base import Judge
 
 PUBLISH_RETRIES = 2
@@ -143,7 +143,7 @@ class TrainerThread:
             self.stats.set_status("training")
             self.trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         except Exception as err:
-            from claw_train.trainer import FeedClosed
+            from claw_train.training.trainer import FeedClosed
 
             closed = isinstance(err, FeedClosed)
             if not closed:
@@ -159,7 +159,7 @@ class TrainerThread:
     def follow(self, model_path: str, resume_from: Path | None) -> tuple[str, str]:
         """Another rank (:mod:`~claw_train.pipeline.ranks`): train on this rank's share of rank 0's samples until
         rank 0 stops; returns ``(status, message)``. Publishes and logs nothing; checkpoints with rank 0."""
-        from claw_train.trainer import FeedClosed
+        from claw_train.training.trainer import FeedClosed
 
         self.trainer = self._build(model_path, lead=False)
         try:
@@ -180,9 +180,9 @@ class TrainerThread:
         from transformers import AutoTokenizer
 
         from claw_train.policy.hf import from_pretrained_merged
-        from claw_train.replay import Replay, replay_rows
-        from claw_train.trainer import ClawTrainer, MergedCopy, WeightPublisher
-        from claw_train.trainer_options import check_lora_targets, grpo_config, lora_config
+        from claw_train.training.options import check_lora_targets, grpo_config, lora_config
+        from claw_train.training.replay import Replay, replay_rows
+        from claw_train.training.trainer import ClawTrainer, MergedCopy, WeightPublisher
 
         s = self.setup
         args = grpo_config(

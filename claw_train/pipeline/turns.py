@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from claw_train.metrics import Stats
-from claw_train.records import TurnRecord
+from claw_train.runlog.metrics import Stats
+from claw_train.samples.records import TurnRecord
 
 Item = TurnRecord | list[list[TurnRecord]]
 

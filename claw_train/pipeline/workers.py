@@ -27,9 +27,9 @@ from gymnasium.envs.registration import EnvSpec
 
 from claw_envs.core import StepStatus
 from claw_train.pipeline.budget import InFlightBudget
-from claw_train.pipeline.episodes import Emit, EpisodeReport, LocalEpisodes
+from claw_train.pipeline.episode_runner import Emit, EpisodeReport, LocalEpisodes
 from claw_train.policy.base import SamplingParams
-from claw_train.records import TurnRecord
+from claw_train.samples.records import TurnRecord
 
 CLOSE_TIMEOUT = 10.0
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")

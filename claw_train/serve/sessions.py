@@ -31,16 +31,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from claw_train.config import ServingConfig
-from claw_train.judging import turn_record
-from claw_train.logs import VersionedLog
-from claw_train.metrics import Stats
+from claw_train.agent_loop import EpisodeAgent, TokenTranscript
+from claw_train.options.tree import ServingConfig
 from claw_train.pipeline.control import RunControl
 from claw_train.pipeline.turns import TurnQueue
 from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
 from claw_train.policy.render import render_prompt
-from claw_train.records import TurnRecord
-from claw_train.rollout import EpisodeAgent, TokenTranscript
+from claw_train.runlog.decisions import turn_record
+from claw_train.runlog.logs import VersionedLog
+from claw_train.runlog.metrics import Stats
+from claw_train.samples.records import TurnRecord
 from claw_train.serve.schema import ApiError, ChatRequest
 
 if TYPE_CHECKING:

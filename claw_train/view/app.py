@@ -10,7 +10,7 @@ found reading it), ``/api/curves``, ``/api/turns`` (a filtered page of the turn 
 Access: with an API key every route but ``/healthz`` needs it — ``Authorization: Bearer <key>``, or ``?key=<key>``
 once, which sets a cookie for the page's own requests. Without a key (loopback only) every route but ``/healthz``
 answers only a ``Host`` that names this machine literally, and an ``Origin``, if any, of this machine on this port
-(:func:`claw_train.bind.stranger`; no DNS), else a 403: a web page elsewhere cannot read the runs through DNS
+(:func:`claw_train.access.stranger`; no DNS), else a 403: a web page elsewhere cannot read the runs through DNS
 rebinding.
 """
 
@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from claw_train.bind import stranger
+from claw_train.access import stranger
 from claw_train.view.detail import improvement, turn_detail
 from claw_train.view.runs import RunIndex
 from claw_train.view.table import TurnFilter
@@ -45,30 +45,8 @@ class BadQuery(ValueError):
 def create_app(runs: Sequence[RunIndex], *, key: str = "") -> FastAPI:
     """The app over ``runs`` (indexes kept fresh by a :class:`~claw_train.view.server.Refresher`)."""
     app = FastAPI(title="claw-view", docs_url=None, redoc_url=None, openapi_url=None)
-    secret = key.encode()
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Response:
-        if request.url.path == "/healthz":
-            return await call_next(request)
-        if not secret:
-            if (why := stranger(request.scope)) is not None:
-                return JSONResponse({"error": f"claw-view: {why}"}, 403)
-            return await call_next(request)
-        given = request.query_params.get("key")
-        if given is not None and hmac.compare_digest(given.encode(), secret):
-            response = RedirectResponse(request.url.remove_query_params("key"), status_code=303)
-            response.set_cookie(COOKIE, key, httponly=True, samesite="strict")
-            return response
-        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
-        sent = bearer.strip() if scheme.lower() == "bearer" else request.cookies.get(COOKIE, "")
-        if not hmac.compare_digest(sent.encode("utf-8", "replace"), secret):
-            return JSONResponse(
-                {"error": "missing or wrong key: open the page as /?key=<key> or send 'Authorization: Bearer <key>'"},
-                401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return await call_next(request)
+    app.middleware("http")(_guard(key))
 
     @app.exception_handler(BadQuery)
     async def bad_query(request: Request, err: BadQuery) -> JSONResponse:
@@ -138,6 +116,36 @@ def create_app(runs: Sequence[RunIndex], *, key: str = "") -> FastAPI:
         return improvement(runs[i]) | {"run": i}
 
     return app
+
+
+def _guard(key: str) -> Any:
+    """The access middleware: keyless, a request from this machine only; with ``key``, the key (Bearer, or once as
+    ``?key=`` which sets a cookie). ``/healthz`` is open."""
+    secret = key.encode()
+
+    async def guard(request: Request, call_next: Any) -> Response:
+        if request.url.path == "/healthz":
+            return await call_next(request)
+        if not secret:
+            if (why := stranger(request.scope)) is not None:
+                return JSONResponse({"error": f"claw-view: {why}"}, 403)
+            return await call_next(request)
+        given = request.query_params.get("key")
+        if given is not None and hmac.compare_digest(given.encode(), secret):
+            response = RedirectResponse(request.url.remove_query_params("key"), status_code=303)
+            response.set_cookie(COOKIE, key, httponly=True, samesite="strict")
+            return response
+        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+        sent = bearer.strip() if scheme.lower() == "bearer" else request.cookies.get(COOKIE, "")
+        if not hmac.compare_digest(sent.encode("utf-8", "replace"), secret):
+            return JSONResponse(
+                {"error": "missing or wrong key: open the page as /?key=<key> or send 'Authorization: Bearer <key>'"},
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return await call_next(request)
+
+    return guard
 
 
 def _number(text: str, name: str, *, low: int, high: int | None = None) -> int:

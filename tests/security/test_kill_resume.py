@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("trl")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-from claw_train.logs import Ledger, read_logs  # noqa: E402
+from claw_train.runlog.logs import Ledger, read_logs  # noqa: E402
 
 CLAW_TRAIN = str(Path(sys.executable).parent / "claw-train")
 UPDATES = 4
@@ -66,7 +66,7 @@ POINTS = {
     # the first update is ledgered, no checkpoint exists yet (checkpoint_every is large)
     "before_first_checkpoint": None,
     # the third batch was pulled from the queue, its optimizer step never happens
-    "mid_update": ("claw_train.trainer", "ClawTrainer", "_generate_and_score_completions", 3),
+    "mid_update": ("claw_train.training.trainer", "ClawTrainer", "_generate_and_score_completions", 3),
     # checkpoint-2 has weights and optimizer but no trainer_state.json
     "during_checkpoint_write": ("transformers.trainer", "Trainer", "_save_rng_state", 2),
 }
@@ -74,7 +74,7 @@ POINTS = {
 
 @pytest.fixture(scope="module")
 def model() -> str:
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     return str(bootstrap("conversation", steps=2, progress=False))
 

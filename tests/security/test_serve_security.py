@@ -46,8 +46,9 @@ import httpx  # noqa: E402
 from loopback_names import ANSWERED, rebound_name, status_without_host  # noqa: E402
 from test_serve import Server, converse, free_port, launch_cli, wait_for  # noqa: E402
 
-from claw_train.bind import is_loopback  # noqa: E402
-from claw_train.config import ServeArgs, build  # noqa: E402
+from claw_train.access import is_loopback  # noqa: E402
+from claw_train.options.resolve import build  # noqa: E402
+from claw_train.options.tree import ServeArgs  # noqa: E402
 from claw_train.pipeline import RunError  # noqa: E402
 from claw_train.serve import serve  # noqa: E402
 from claw_train.serve.app import check_bind  # noqa: E402
@@ -61,7 +62,7 @@ LIMIT = 4 << 20  # the default --max-body-bytes
 
 @pytest.fixture(scope="module")
 def model_path() -> str:
-    from claw_train.tiny import bootstrap
+    from claw_train.models.tiny import bootstrap
 
     return str(bootstrap("conversation", steps=2, progress=False))
 

@@ -1,5 +1,5 @@
-"""claw's run options as the trainer's configs: :func:`grpo_config` (a :class:`~claw_train.trainer.ClawConfig`),
-the ``--trainer`` extras and PEFT's ``LoraConfig``."""
+"""claw's run options as the trainer's configs: :func:`grpo_config` (a
+:class:`~claw_train.training.trainer.ClawConfig`), the ``--trainer`` extras and PEFT's ``LoraConfig``."""
 
 from __future__ import annotations
 
@@ -8,19 +8,20 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from claw_train import yaml_text
-from claw_train.config import ConfigError, TrainingConfig, unknown_option
-from claw_train.distributed import world_size
-from claw_train.trainer import ClawConfig
+from claw_train.options import yaml_text
+from claw_train.options.tree import ConfigError, TrainingConfig, unknown_option
+from claw_train.training.distributed import world_size
+from claw_train.training.trainer import ClawConfig
 
 
 def grpo_config(training: TrainingConfig, *, model: str, output_dir: Path, seed: int, temperature: float) -> Any:
-    """The trainer's :class:`~claw_train.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
+    """The trainer's :class:`~claw_train.training.trainer.ClawConfig` (a ``GRPOConfig``): the model's preset, then these
     options, then ``--trainer`` extras. TensorBoard writes to ``<output_dir>/tensorboard``."""
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(output_dir / "tensorboard")
     values: dict[str, Any] = {
         "max_staleness": training.max_staleness,
         "samples_per_step": training.samples_per_step,
+        "micro_batch_tokens": training.micro_batch_tokens,
         "per_device_train_batch_size": training.samples_per_step // world_size(),
         "temperature": temperature,
         "max_steps": training.updates,

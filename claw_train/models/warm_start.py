@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from claw_train.digest_memo import demonstration_makers
-from claw_train.model_cache import cached_build
-from claw_train.named_models import cache_root
+from claw_train.models.cache import cached_build
+from claw_train.models.digest_memo import demonstration_makers
+from claw_train.models.named import cache_root
 
 MARKER = "claw_warm_start.json"
 
@@ -78,9 +78,9 @@ def _train(base: Path, out: Path, env_id: str, s: WarmStartSettings, progress: b
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from claw_train.progress import optional_progress
-    from claw_train.tiny import demonstrations
-    from claw_train.tiny_sft import batches, encode_example, lr_factor, shared_prefix
+    from claw_train.models.tiny import demonstrations
+    from claw_train.models.tiny_sft import batches, encode_example, lr_factor, shared_prefix
+    from claw_train.runlog.progress import optional_progress
 
     started = time.monotonic()
     examples = demonstrations(env_id, s.steps * s.batch_size, s.seed)

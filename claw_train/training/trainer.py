@@ -3,7 +3,7 @@
 TRL keeps the clipped surrogate (``_compute_loss``: asymmetric clip ε_low/ε_high, ``dapo`` token
 normalisation, KL coefficient 0); ClawTrainer replaces *sample production*, and with a :class:`Replay` adds
 its weighted supervised loss on demonstrations to TRL's (``--replay``). Each optimizer step
-it pulls ``samples_per_step`` ready :class:`~claw_train.records.TrainSample`s from a
+it pulls ``samples_per_step`` ready :class:`~claw_train.samples.records.TrainSample`s from a
 :class:`SampleSource`, drops those staler than ``max_staleness`` policy versions, and hands TRL
 left-padded prompts, right-padded completions, ``(B, T)`` per-token advantages and the behaviour
 log-probs the serving policy recorded (``old_per_token_logps``), so the trainer/behaviour ratio
@@ -26,13 +26,13 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from claw_train.batch import collate, length_groups
-from claw_train.distributed import Ranks, world_size
-from claw_train.metrics import TRAINER_COUNTERS, Counters
-from claw_train.presets import PRESETS, preset_for
-from claw_train.records import TrainSample, triage
-from claw_train.replay import Replay
-from claw_train.trl_adapter import FedGRPOTrainer, GRPOConfig, use_adapter
+from claw_train.models.presets import PRESETS, preset_for
+from claw_train.runlog.metrics import TRAINER_COUNTERS, Counters
+from claw_train.samples.records import TrainSample, triage
+from claw_train.training.batch import collate, length_groups, token_budget
+from claw_train.training.distributed import Ranks, world_size
+from claw_train.training.replay import Replay
+from claw_train.training.trl_adapter import FedGRPOTrainer, GRPOConfig, use_adapter
 
 
 @dataclass
@@ -46,6 +46,10 @@ class ClawConfig(GRPOConfig):
 
     max_staleness: int = field(default=2, metadata={"help": "drop samples more than this many versions old"})
     samples_per_step: int = field(default=16, metadata={"help": "samples per optimizer step"})
+    micro_batch_tokens: int | None = field(
+        default=None,
+        metadata={"help": "tokens (rows x padded length) per forward and backward; None: from the machine's memory"},
+    )
 
     epsilon: float = 0.2
     epsilon_high: float | None = 0.28
@@ -179,6 +183,7 @@ class ClawTrainer(FedGRPOTrainer):
         self.current_dropped: list[TrainSample] = []
         self.invalid_reasons: list[str] = []
         self._counters = counters if counters is not None else Counters(*TRAINER_COUNTERS)
+        self.micro_batch_tokens = args.micro_batch_tokens or token_budget(model)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -211,17 +216,25 @@ class ClawTrainer(FedGRPOTrainer):
         return batch
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> torch.Tensor:
-        """TRL's loss, summed over groups of rows of similar length (:func:`~claw_train.batch.length_groups`: the
-        same loss without the padding of a batch mixing short and long turns), plus ``replay.coef`` times the
-        supervised loss on a batch of replayed demonstrations."""
+        """TRL's loss, summed over micro-batches of rows of similar length within ``micro_batch_tokens``
+        (:func:`~claw_train.training.batch.length_groups`: the same loss without the padding of a batch mixing short
+        and long turns), plus ``replay.coef`` times the supervised loss on a batch of replayed demonstrations. Each
+        micro-batch but the last is backpropagated here, so the update's memory is one micro-batch's; the loss
+        returned carries the others' value without their graphs."""
         # one forward per backward under DDP (its gradient hooks fire once per step): the ranks' batches stay whole
-        parts = length_groups(inputs) if self.accelerator.num_processes == 1 else [inputs]
-        loss = sum(super(ClawTrainer, self).compute_loss(model, part, *args, **kwargs) for part in parts)
-        if self.replay is None:
-            return loss
-        replayed = self.replay.loss(model)
-        self.log_metric("claw/replay_loss", replayed.item())
-        return loss + self.replay.coef * replayed
+        single = self.accelerator.num_processes == 1
+        parts = length_groups(inputs, max_tokens=self.micro_batch_tokens) if single else [inputs]
+        done = torch.zeros((), device=self.accelerator.device)
+        for part in parts[:-1]:
+            loss = super().compute_loss(model, part, *args, **kwargs)
+            self.accelerator.backward(loss)
+            done = done + loss.detach()
+        loss = super().compute_loss(model, parts[-1], *args, **kwargs)
+        if self.replay is not None:
+            replayed = self.replay.loss(model)
+            self.log_metric("claw/replay_loss", replayed.item())
+            loss = loss + self.replay.coef * replayed
+        return loss + done
 
     @torch.no_grad()
     def _reference_logps(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -269,7 +282,7 @@ class ClawTrainer(FedGRPOTrainer):
 
     def triage(self, sample: TrainSample, version: int | None = None) -> str | None:
         """``None`` when ``sample`` would be trained at ``version`` (default: now), else ``"stale"`` or
-        ``"invalid"`` (:func:`claw_train.records.triage`; the reason joins ``invalid_reasons``)."""
+        ``"invalid"`` (:func:`claw_train.samples.records.triage`; the reason joins ``invalid_reasons``)."""
         version = self.state.global_step if version is None else version
         verdict, problem = triage(sample, version, self.args.max_staleness)
         if problem is not None:

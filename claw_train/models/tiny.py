@@ -11,7 +11,7 @@ follows hints in its context.
 Both are cached under ``~/.cache/claw/tiny/<content hash>`` (``CLAW_TINY_CACHE`` moves the root): the
 hash covers the tokenizer corpus, the model config, the chat template, the demonstration data, the
 training settings and this file's source, so a build is redone exactly when one of them changes. The
-data's digest is remembered by the code that makes it (:mod:`claw_train.digest_memo`): a process that finds the
+data's digest is remembered by the code that makes it (:mod:`claw_train.models.digest_memo`): a process that finds the
 model cached does not regenerate its data. A file lock keeps two processes from building the same thing at once.
 """
 
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from claw_train.digest_memo import demonstration_makers, fingerprint, remembered
-from claw_train.model_cache import cached_build
+from claw_train.models.cache import cached_build
+from claw_train.models.digest_memo import demonstration_makers, fingerprint, remembered
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Control tokens (skipped by ``decode(..., skip_special_tokens=True)``)."""
@@ -195,7 +195,7 @@ def tokenizer_corpus() -> tuple[str, ...]:
     """The text the tokenizer is trained on: generated prose, markdown, code, tool calls and the
     demonstrations of the families whose spec asks for it (``tokenizer_corpus``), in registration order.
     Deterministic (computed once per process)."""
-    from claw_train.tiny_text import generated_text
+    from claw_train.models.tiny_text import generated_text
 
     texts = generated_text()
     import claw_envs
@@ -302,8 +302,8 @@ def _sft(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from claw_train.progress import optional_progress
-    from claw_train.tiny_sft import batches, encode_example, lr_factor, sft_loss, shared_prefix
+    from claw_train.models.tiny_sft import batches, encode_example, lr_factor, sft_loss, shared_prefix
+    from claw_train.runlog.progress import optional_progress
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)

@@ -12,8 +12,9 @@ from claw_envs import FamilySpec
 from claw_envs.sandbox.isolation import ISOLATION_ENV, requested
 from claw_envs.spec import resolve
 from claw_envs.tasks import TaskSource, TaskSourceError, load_source
-from claw_train.config import ConfigError, RolloutConfig, spec_for
-from claw_train.yaml_text import option_values
+from claw_train.options.resolve import spec_for
+from claw_train.options.tree import ConfigError, RolloutConfig
+from claw_train.options.yaml_text import option_values
 
 
 def tasks_for(spec: FamilySpec, source: str | None, split: str) -> TaskSource:

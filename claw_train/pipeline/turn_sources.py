@@ -3,7 +3,7 @@
 
 The personal track streams each turn to the judges as soon as the env has answered it; the agent track plays
 ``group_size`` episodes of one task and hands the group over whole (step-index normalisation needs it). Episodes
-play wherever the run's :class:`~claw_train.pipeline.episodes.EpisodeRunner` plays them: in this process, or on
+play wherever the run's :class:`~claw_train.pipeline.episode_runner.EpisodeRunner` plays them: in this process, or on
 rollout workers of a Ray cluster, whose turns reach the judges when their episode ends.
 """
 
@@ -18,17 +18,17 @@ import numpy as np
 
 from claw_envs import FamilySpec
 from claw_envs.tasks import TaskSource
-from claw_train.config import RolloutConfig, TrainingConfig
-from claw_train.families import env_kwargs_for, max_turns_of
-from claw_train.metrics import Counters, Stats
+from claw_train.options.families import env_kwargs_for, max_turns_of
+from claw_train.options.tree import RolloutConfig, TrainingConfig
 from claw_train.pipeline.budget import InFlightBudget
 from claw_train.pipeline.control import RunControl
-from claw_train.pipeline.episodes import Emit, EpisodeRunner
+from claw_train.pipeline.episode_runner import Emit, EpisodeRunner
 from claw_train.pipeline.failures import FailureMonitor
 from claw_train.pipeline.turns import Item, TurnQueue, release_item, turns_in
 from claw_train.policy.base import SamplingParams
 from claw_train.policy.guarded import PolicyDown
-from claw_train.records import TrainSample, TurnRecord, triage
+from claw_train.runlog.metrics import Counters, Stats
+from claw_train.samples.records import TrainSample, TurnRecord, triage
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """What a turn's log line carries beyond its text, decoded from its token ids in the log writer's thread
-(:class:`~claw_train.logs.Deferred`): the prompt as the policy saw it, and the per-token credit of a trained sample.
+(:class:`~claw_train.runlog.logs.Deferred`): the prompt as the policy saw it, and the per-token credit of a trained
+sample.
 
 * ``prompt``: ``{"start": S, "tokens": N, "text": ...}`` — the prompt's tokens from ``S`` on (those the episode's
   turn before did not have: its reply and the env's answer), decoded with special tokens. A turn's whole prompt is
@@ -19,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from claw_train.logs import Deferred
-from claw_train.records import TurnRecord
+from claw_train.runlog.logs import Deferred
+from claw_train.samples.records import TurnRecord
 
 DIGITS = 4
 

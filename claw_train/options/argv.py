@@ -1,4 +1,4 @@
-"""Reading a command line and a ``--config`` YAML file into the config tree (:mod:`claw_train.config`):
+"""Reading a command line and a ``--config`` YAML file into the config tree (:mod:`claw_train.options.tree`):
 :func:`parse` is how ``claw-train``, ``claw-eval`` and ``claw-serve`` read their options."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from typing import Any
 
 import tyro
 
-from claw_train.config import Args, ConfigError, get, options, replace, section_class, unknown_option
+from claw_train.options.tree import Args, ConfigError, get, options, replace, section_class, unknown_option
 
 
 def load_yaml(path: Path, cls: type) -> dict[str, Any]:
     """The options in a ``--config`` YAML file, checked against ``cls``'s options and their types."""
     import yaml
 
-    from claw_train import yaml_text
+    from claw_train.options import yaml_text
 
     try:
         data = yaml_text.load(Path(path).read_text()) or {}

@@ -1,5 +1,6 @@
-"""The batch TRL's GRPO loss reads, built from claw's :class:`~claw_train.records.TrainSample`s, and its split into
-groups of rows of similar length (:func:`length_groups`), so that the loss is not computed over padding."""
+"""The batch TRL's GRPO loss reads, built from claw's :class:`~claw_train.samples.records.TrainSample`s, and its split
+into micro-batches of rows of similar length within a token budget (:func:`length_groups`): the loss is not computed
+over padding, and an update's memory is bounded by the budget, not by the length of the rows an agent produced."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from claw_train.records import TrainSample
+from claw_train.samples.records import TrainSample
 
 
 def collate(
@@ -51,18 +52,21 @@ GROUP_SLACK = 0.8
 """A row joins the current group while its length is at least this share of the group's longest row."""
 
 
-def length_groups(batch: dict[str, Any], slack: float = GROUP_SLACK) -> list[dict[str, Any]]:
+def length_groups(
+    batch: dict[str, Any], slack: float = GROUP_SLACK, max_tokens: int | None = None
+) -> list[dict[str, Any]]:
     """``batch`` (from :func:`collate`) as groups of rows of similar length (prompt + completion), each cut to its own
-    longest prompt and completion: the same rows, tokens and per-row values with less padding. TRL's ``dapo`` loss
-    sums over tokens and divides by ``num_items_in_batch`` (kept whole in every group), so the groups' losses add up
-    to the batch's. One group when the rows are of similar length."""
+    longest prompt and completion: the same rows, tokens and per-row values with less padding. A group also ends
+    before its rows times its longest row would pass ``max_tokens`` (a row longer than that is a group of its own).
+    TRL's ``dapo`` loss sums over tokens and divides by ``num_items_in_batch`` (kept whole in every group), so the
+    groups' losses add up to the batch's. One group when the rows are of similar length and within the budget."""
     prompt_len = batch["prompt_mask"].sum(1)
     completion_len = batch["completion_mask"].sum(1)
     order = torch.argsort(prompt_len + completion_len, descending=True).tolist()
     lengths = (prompt_len + completion_len).tolist()
     groups: list[list[int]] = []
     for row in order:
-        if groups and lengths[row] >= slack * lengths[groups[-1][0]]:
+        if groups and lengths[row] >= slack * lengths[groups[-1][0]] and _fits(groups[-1], lengths, max_tokens):
             groups[-1].append(row)
         else:
             groups.append([row])
@@ -85,3 +89,24 @@ def length_groups(batch: dict[str, Any], slack: float = GROUP_SLACK) -> list[dic
                 part[key] = value[index]
         out.append(part)
     return out
+
+
+def _fits(group: list[int], lengths: list[int], max_tokens: int | None) -> bool:
+    """Whether one more row fits ``group`` (longest row first) within ``max_tokens``."""
+    return max_tokens is None or (len(group) + 1) * lengths[group[0]] <= max_tokens
+
+
+def token_budget(model: Any, *, share: float = 0.25) -> int:
+    """Tokens (rows times padded length) one forward and backward of ``model`` may take at once: ``share`` of this
+    machine's memory over what a token costs in training (its logits, their log-softmax and gradients, and each
+    layer's saved activations, in fp32)."""
+    import os
+
+    config = getattr(model, "config", None)
+    vocab = int(getattr(config, "vocab_size", 32_000))
+    hidden = int(getattr(config, "hidden_size", 1024))
+    layers = int(getattr(config, "num_hidden_layers", 24))
+    inner = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    per_token = 4 * (6 * vocab + layers * (12 * hidden + 4 * inner))
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(256, int(share * memory / per_token))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from claw_train.model_cache import cached_build
+from claw_train.models.cache import cached_build
 from claw_train.policy.base import PolicyError
 
 MARKER = "claw_model.json"

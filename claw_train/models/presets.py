@@ -2,7 +2,7 @@
 
 Three presets: ``tiny`` (claw's ~1M-parameter CPU model, and any model as narrow), ``small`` (a real model under
 1B parameters, measured on ``smollm2``, SmolLM2-135M) and ``qwen3-4b`` (the paper's, for everything larger).
-:func:`claw_train.config.resolve` fills ``--lr``, ``--lora``, ``--temperature`` and ``--eval-temperature`` from
+:func:`claw_train.options.resolve.resolve` fills ``--lr``, ``--lora``, ``--temperature`` and ``--eval-temperature`` from
 the model's preset where they are not given, so ``run.json`` records the values a run used.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from claw_train.checkpoints import last_checkpoint
+from claw_train.runlog.checkpoints import last_checkpoint
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ PRESETS: dict[str, Preset] = {
 
 TINY_HIDDEN_SIZE = 512  # models this narrow get the tiny preset
 SMALL_PARAMETERS = 1_000_000_000  # models estimated below this many parameters get the small preset
-SMALL_NAMED = ("smollm2",)  # named models (claw_train.named_models) of the small class, known before any fetch
+SMALL_NAMED = ("smollm2",)  # named models (claw_train.models.named) of the small class, known before any fetch
 
 
 def preset_for(model: str | Path) -> str:

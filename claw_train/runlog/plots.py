@@ -64,6 +64,8 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     table.add_row("status", f"{summary['status']}: {summary['message']}")
     table.add_row("updates", str(summary["updates"]))
     table.add_row("wall time", f"{summary['wall_time']:.1f} s")
+    if summary.get("peak_memory_mb") is not None:
+        table.add_row("peak memory", f"{summary['peak_memory_mb']:,} MB resident")
     table.add_row(
         "episodes", f"{summary.get('episodes', 0)} with a logged turn, {summary.get('episodes_finished', 0)} ended"
     )

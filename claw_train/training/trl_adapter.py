@@ -37,7 +37,7 @@ BATCH_KEYS = (
     "ref_per_token_logps",
     "num_items_in_batch",
 )
-"""The keys of the batch claw hands TRL (:func:`claw_train.batch.collate`), all read by ``_compute_loss``."""
+"""The keys of the batch claw hands TRL (:func:`claw_train.training.batch.collate`), all read by ``_compute_loss``."""
 
 PRIVATE_API: dict[str, tuple[Any, str, tuple[str, ...]]] = {
     "_generate_and_score_completions": (GRPOTrainer, "replaced: produces each step's batch", ("self", "inputs")),

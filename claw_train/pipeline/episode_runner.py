@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from claw_train.agent_loop import EpisodeAgent
 from claw_train.pipeline.budget import InFlightBudget, Slot
 from claw_train.policy.base import Policy, PolicyError, SamplingParams
 from claw_train.policy.guarded import PolicyDown
-from claw_train.records import TurnRecord
-from claw_train.rollout import EpisodeAgent
+from claw_train.samples.records import TurnRecord
 
 if TYPE_CHECKING:
     from claw_envs.pool import EnvPool

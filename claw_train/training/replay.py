@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from claw_envs import FamilySpec
-from claw_train.config import ConfigError, TrainingConfig
-from claw_train.presets import preset_for
-from claw_train.tiny import BootstrapSettings, NoDemonstrations, demonstrations
-from claw_train.tiny_sft import batches, collate, encode_example
+from claw_train.models.presets import preset_for
+from claw_train.models.tiny import BootstrapSettings, NoDemonstrations, demonstrations
+from claw_train.models.tiny_sft import batches, collate, encode_example
+from claw_train.options.tree import ConfigError, TrainingConfig
 
 FAMILY_ROWS = 2000  # demonstrations drawn from the family (the conversation family keeps its ~800 hinted ones)
 BATCH_SIZE = 8  # replayed rows per update

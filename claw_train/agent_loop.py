@@ -13,15 +13,14 @@ template expects is appended with loss mask 0.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from claw_envs.messages import CutOffText
 from claw_train.policy.base import Completion, Policy, PolicyError, SamplingParams
-from claw_train.records import EpisodeRecord, TurnRecord
+from claw_train.samples.records import EpisodeRecord, TurnRecord
 
 _SENTINEL = "\u2063claw-segment-probe\u2063"
 
@@ -274,96 +273,6 @@ class EpisodeAgent:
             seed=seed,
             info=dict(info or {}),
         )
-
-
-async def rollout_episode(
-    env: Any,
-    policy: Policy,
-    sampling: SamplingParams,
-    *,
-    seed: int | None = None,
-    options: dict[str, Any] | None = None,
-    group_id: str = "",
-    episode_id: str | None = None,
-) -> EpisodeRecord:
-    """Run one episode of a ClawEnv (``areset``/``astep``; a ``gym.make`` wrapper is unwrapped) against ``policy``."""
-    base = env if hasattr(env, "astep") else env.unwrapped
-    agent = EpisodeAgent(policy, sampling, group_id=group_id, episode_id=episode_id)
-    obs, info = await base.areset(seed=seed, options=options)
-    terminated = truncated = False
-    while not (terminated or truncated):
-        action = await agent(obs, info)
-        obs, reward, terminated, truncated, info = await base.astep(action)
-        agent.observe(reward, info)
-    return agent.finish(terminated=terminated, truncated=truncated, seed=seed)
-
-
-async def rollout_group(
-    source: Any,
-    policy: Policy,
-    task_options: Sequence[dict[str, Any]],
-    G: int,
-    sampling: SamplingParams,
-    *,
-    seed: int = 0,
-    concurrency: int | None = None,
-) -> list[list[EpisodeRecord]]:
-    """``G`` rollouts of each task in ``task_options`` (e.g. ``{"task_id": …}``), one list per task (its group).
-
-    ``source`` is an env pool with ``run_episode(agent, seed=, options=)`` (``claw_envs.pool.EnvPool``)
-    or a factory returning a fresh ClawEnv per episode. Rollout ``g`` of task ``t`` resets with seed
-    ``seed + t * G + g``; its group id is the task id (or ``task-t``).
-    """
-    if G < 1:
-        raise ValueError(f"G must be >= 1, got {G}")
-    limit = asyncio.Semaphore(concurrency or max(1, len(task_options) * G))
-
-    async def one(t: int, g: int, options: dict[str, Any]) -> EpisodeRecord:
-        group = str(options.get("task_id", f"task-{t}"))
-        episode_seed = seed + t * G + g
-        async with limit:
-            if hasattr(source, "run_episode"):
-                return await _pool_episode(source, policy, sampling, episode_seed, options, group)
-            env = source()
-            try:
-                return await rollout_episode(env, policy, sampling, seed=episode_seed, options=options, group_id=group)
-            finally:
-                await _close(env)
-
-    jobs = [[one(t, g, dict(opts)) for g in range(G)] for t, opts in enumerate(task_options)]
-    flat = await asyncio.gather(*[job for group in jobs for job in group])
-    return [list(flat[t * G : (t + 1) * G]) for t in range(len(task_options))]
-
-
-async def _pool_episode(
-    pool: Any, policy: Policy, sampling: SamplingParams, seed: int, options: dict[str, Any], group: str
-) -> EpisodeRecord:
-    """One episode through ``EnvPool.run_episode``; its ``EpisodeResult`` supplies the final step and rewards."""
-    agent = EpisodeAgent(policy, sampling, group_id=group)
-    result = await pool.run_episode(agent, seed=seed, options=options)
-    infos, rewards = list(getattr(result, "infos", [])), list(getattr(result, "rewards", []))
-    if agent.pending:
-        if len(infos) > len(agent.turns) + 1:  # the reset info, one per recorded turn, then the last step's
-            agent.observe(rewards[-1] if rewards else 0.0, infos[-1])
-        else:
-            agent.abandon(str(getattr(result, "status", "infra_failure")))
-    agent.set_rewards(rewards)
-    status = str(getattr(result, "status", "ok"))
-    return agent.finish(
-        terminated=bool(getattr(result, "terminated", False)),
-        truncated=bool(getattr(result, "truncated", False)),
-        seed=seed,
-        status=status,
-        info={"error": result.error} if getattr(result, "error", None) else {},
-    )
-
-
-async def _close(env: Any) -> None:
-    closer: Callable[[], Awaitable[None]] | None = getattr(env, "aclose", None) or getattr(
-        getattr(env, "unwrapped", None), "aclose", None
-    )
-    if closer is not None:
-        await closer()
 
 
 # -- drift check ---------------------------------------------------------------------------------
