@@ -37,6 +37,8 @@ CHROMIUM_FLAGS = (
 )
 READ_STATE_JS = "window.clawState ? window.clawState() : null"
 TREE_JS = resources.files("claw_envs.gui").joinpath("tree.js").read_text(encoding="utf-8")
+REQUEST_WAIT = 0.5
+"""Seconds an observation waits for the requests an action started to end."""
 _T = TypeVar("_T")
 
 
@@ -73,6 +75,7 @@ class BrowserBackend:
         self._mouse = (0.0, 0.0)
         self._closing: set[asyncio.Future[Any]] = set()
         self._spare: asyncio.Future[tuple[Any, Any]] | None = None
+        self._in_flight: set[Any] = set()
         self.blocked: list[str] = []
         """Requests refused since the last :meth:`take_blocked` (URLs)."""
 
@@ -112,6 +115,7 @@ class BrowserBackend:
         self._folder = folder.resolve() if folder is not None else None
         self._crashed = False
         self.blocked = []
+        self._in_flight.clear()  # requests of the closed context never end
         self._mouse = (0.0, 0.0)
         spare, self._spare = self._spare, None
         fresh = None
@@ -136,6 +140,9 @@ class BrowserBackend:
         page.on("crash", self._on_crash)
         page.on("dialog", lambda dialog: self._background(dialog.dismiss()))
         context.on("page", self._on_popup)
+        context.on("request", self._in_flight.add)
+        for ended in ("requestfinished", "requestfailed"):
+            context.on(ended, self._in_flight.discard)
         return context, page
 
     async def end_episode(self) -> None:
@@ -232,8 +239,10 @@ class BrowserBackend:
     # -- observing -------------------------------------------------------------------------------------
 
     async def observe(self) -> Screen:
-        """Screenshot, tree, URL and title of the page now (an action's navigation has already settled)."""
+        """Screenshot, tree, URL and title of the page now (an action's navigation has already settled, and the
+        requests it started have ended, or :data:`REQUEST_WAIT` passed)."""
         page = self._require_page()
+        await self._requests_ended()
         for _ in range(3):  # a page a script sent away can still be loading when it is first read: read it again
             shot = asyncio.ensure_future(self._deadline(page.screenshot(type="png"), "take a screenshot"))
             try:
@@ -249,6 +258,13 @@ class BrowserBackend:
         }
         messages = tuple(str(m) for m in data.get("messages") or [])
         return Screen(png, tree_text(list(data["lines"])), elements, page.url, str(data["title"]), messages)
+
+    async def _requests_ended(self) -> None:
+        """Wait, at most :data:`REQUEST_WAIT` seconds, until no request of the page is in flight (a refused one has
+        been recorded in :attr:`blocked` by then; a long poll only costs the wait)."""
+        deadline = asyncio.get_running_loop().time() + REQUEST_WAIT
+        while self._in_flight and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
 
     async def _describe(self, page: Any) -> dict[str, Any]:
         try:

@@ -202,8 +202,8 @@ class GUIEnv(ClawEnv):
     async def _carry_out(self, action: str, parsed: ParsedAction, before: Screen) -> Transition:
         """Perform the ops, then look at the screen: what changed, what the app said, what was blocked."""
         error = await self._perform(parsed.ops, before)
+        after = await self._backend.observe()  # first: a request the action started is refused while it looks
         blocked = self._backend.take_blocked()
-        after = await self._backend.observe()
         messages = list(after.messages)
         self._screen = after
         signal = step_signal(
