@@ -6,10 +6,13 @@ empty folder first, so the time includes building the model (the first run); wit
 ``make demo`` would use it.
 
 Writes ``bench/results/<target>[-cold].json`` (``--name``, ``--results``): ``seconds`` (the whole command),
-``evals`` (each evaluation as the run recorded it: update, score, valid, correct…), ``first`` / ``last`` (the first
-and the last evaluation), ``judge_positive_rate``, ``samples_trained`` and the run's ``status``.
+``evals`` (each evaluation as the run recorded it: update, score, valid, correct, accepted…), ``first`` / ``last``
+(the first and the last evaluation), ``judge_positive_rate``, ``samples_trained``, the run's ``status``, and
+``decisions``: per policy version, its turns accepted, masked by reason, and degenerate (cut off, repetitive);
+``turns`` and ``cut_off`` sum them over the ``first4`` and the ``last4`` versions.
+``--with`` appends options to the command (a setting measured on and off: ``--with "--degenerate drop"``).
 
-Run: ``.venv/bin/python bench/demo.py [--target demo|demo-real] [--cold]``
+Run: ``.venv/bin/python bench/demo.py [--target demo|demo-real] [--cold] [--with OPTIONS]``
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import record
@@ -40,13 +44,39 @@ def makefile_command(target: str) -> list[str]:
     return shlex.split(recipe.replace("$(VENV)/bin/", str(Path(sys.executable).parent) + "/"))
 
 
+def decisions_by_version(logs: Path) -> dict[str, dict[str, int]]:
+    """Per policy version: ``turns``, ``accepted``, ``masked:<reason>`` and ``degenerate:<kind>`` counts."""
+    out: dict[str, Counter[str]] = {}
+    for path in sorted(logs.glob("v*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("kind") != "turn":
+                continue
+            counts = out.setdefault(str(row["version"]), Counter())
+            counts["turns"] += 1
+            counts["accepted" if row["decision"] == "accepted" else f"masked:{row['reason']}"] += 1
+            if row.get("degenerate"):
+                counts[f"degenerate:{row['degenerate']}"] += 1
+    return {v: dict(c) for v, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
+
+
+def ends(decisions: dict[str, dict[str, int]], names: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Each named count summed over the first four and the last four versions (``first4``, ``last4``)."""
+    versions = list(decisions.values())
+    return {
+        name: {"first4": sum(v.get(key, 0) for v in versions[:4]), "last4": sum(v.get(key, 0) for v in versions[-4:])}
+        for name, key in names.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="demo", choices=["demo", "demo-real"])
     parser.add_argument("--cold", action="store_true", help="an empty tiny-model cache: the first run's time")
+    parser.add_argument("--with", dest="extra", default="", help="options appended to the Makefile's command")
     record.options(parser, None)
     args = parser.parse_args()
-    argv = makefile_command(args.target)
+    argv = makefile_command(args.target) + shlex.split(args.extra)
     with tempfile.TemporaryDirectory(prefix="claw-bench-demo-") as tmp:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         if args.cold:
@@ -57,6 +87,7 @@ def main() -> None:
         subprocess.run([*argv, "--output-dir", str(out), "--no-display"], env=env, check=True)
         seconds = time.monotonic() - started
         summary = json.loads((out / "summary.json").read_text())
+        decisions = decisions_by_version(out / "logs")
     evals = summary["evals"]
     values = {
         "target": args.target,
@@ -68,6 +99,9 @@ def main() -> None:
         "last": evals[-1] if evals else None,
         "judge_positive_rate": summary.get("judge_positive_rate"),
         "samples_trained": summary.get("samples_trained"),
+        "options": args.extra,
+        "decisions": decisions,
+        **ends(decisions, {"turns": "turns", "cut_off": "degenerate:cut_off"}),
     }
     record.write(args.name or f"{args.target}{'-cold' if args.cold else ''}", values, folder=args.results)
 

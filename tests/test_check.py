@@ -62,3 +62,12 @@ def test_bad_arguments_are_clear(args, message):
     result = invoke(*args)
     assert result.exit_code == 2 and message in result.output, result.output
     assert claw_envs.family_spec("terminal")  # the registry is untouched
+
+
+def test_a_procedural_family_is_checked_on_a_sample_and_limit_says_how_many():
+    result = invoke("conversation", "--split", "test", "--limit", "3")
+    assert result.exit_code == 0, result.output
+    assert "test: checking the first 3 of" in result.output and "3 of 3 conversation tasks pass" in result.output
+    default = invoke("conversation", "--split", "train")  # a million seeds: the first 50, not all of them
+    assert default.exit_code == 0, default.output
+    assert f"{envs.PROCEDURAL_CHECKS} of {envs.PROCEDURAL_CHECKS} conversation tasks pass" in default.output

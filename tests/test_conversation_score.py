@@ -197,10 +197,36 @@ def test_tool_call_with_prose_around_it_is_a_valid_reply():
         ("The answer is $1,200.", 1200),
         ("the answer is \\boxed{2.5}", 2.5),
         ("no numbers here", None),
+        ("1. 12 + 5 = 17\n2. 17 - 4 = 13", 13),
     ],
 )
 def test_final_number(reply, number):
     assert final_number(reply) == number
+
+
+@pytest.mark.parametrize(
+    ("reply", "number"),
+    [
+        ("### Step-by-step solution\n1.", None),  # a list marker left dangling answers nothing
+        ("Let's work it out:\n\nStep 2:", None),
+        ("Maya has 12 apples and gets 5 more, then she eats 4", None),  # the question's numbers, restated
+        ("she eats 4, so she has 13 left", 13),
+        ("12 + 5 = 17 and 17 - 4 = 13\n1) done", 13),
+        ("she ends up with 17 - 4 = 4", 4),  # a number of the question given as a result still answers
+        ("so it's 4", 4),
+    ],
+)
+def test_an_answer_is_stated_not_a_list_marker_or_a_number_from_the_question(reply, number):
+    assert final_number(reply, PROBLEM.question) == number
+
+
+def test_a_reply_that_states_no_answer_is_not_well_formed_and_accepted_needs_everything():
+    gamed = rubric(STUDENT, "### Step-by-step solution\n1.", PROBLEM)
+    assert not gamed.met["well_formed"] and gamed.score == 0.0 and not gamed.accepted
+    wrong = rubric(STUDENT, "ok so it's 14.", PROBLEM)
+    assert wrong.score == 1.0 and not wrong.accepted
+    right = rubric(STUDENT, "ok so 12 + 5 is 17, then 17 - 4 is 13, so it's 13.", PROBLEM)
+    assert right.accepted and right.to_dict()["accepted"]
 
 
 def test_answer_correct_is_reported_beside_the_score():

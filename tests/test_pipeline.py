@@ -110,10 +110,14 @@ def test_conversation_cli_end_to_end(models, tmp_path):
     assert [h["claw/replay_loss"] > 0 for h in history if "loss" in h] == [True, True]
 
 
-# tiny's tool calls are mostly unreadable: the idle stop is off, this test is about the plumbing
+# tiny's tool calls are mostly unreadable: the idle stop is off, this test is about the plumbing; cut at 16 tokens,
+# every reply would get the same penalty (a constant group, no signal): the judge scores them (--degenerate keep)
 @pytest.mark.parametrize(
     ("family", "extra"),
-    [("toolcall", {"max_turns": 2, "max_idle_episodes": 0}), ("echo", {"sync": True, "lora": True, "merge": True})],
+    [
+        ("toolcall", {"max_turns": 2, "max_idle_episodes": 0, "degenerate": "keep"}),
+        ("echo", {"sync": True, "lora": True, "merge": True}),
+    ],
 )
 def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
     if family == "toolcall" and not _has_bwrap():
@@ -510,15 +514,15 @@ def _has_bwrap() -> bool:
     return shutil.which("bwrap") is not None
 
 
-def _turn(step: int, group: str, *, outcome=None, status="ok", evaluative=0.0, episode="e"):
+def _turn(step: int, group: str, *, outcome=None, status="ok", evaluative=0.0, episode="e", ids=(3, 4), finish="stop"):
     from claw_envs.core import Evaluative, NextState
     from claw_train.samples.records import TurnRecord
 
     ns = NextState(text="ok", step_index=step, evaluative=Evaluative(evaluative), outcome=outcome)
     return TurnRecord(
-        episode_id=episode, group_id=group, task_id="t", step_index=step, prompt_ids=[1, 2], completion_ids=[3, 4],
-        logprobs=[-1.0, -1.0], policy_version=0, messages=[{"role": "user", "content": "hi"}], action_text="a",
-        next_state=ns, status=status,
+        episode_id=episode, group_id=group, task_id="t", step_index=step, prompt_ids=[1, 2], completion_ids=list(ids),
+        logprobs=[-1.0] * len(ids), policy_version=0, messages=[{"role": "user", "content": "hi"}], action_text="a",
+        next_state=ns, status=status, finish_reason=finish,
     )  # fmt: skip
 
 
@@ -535,7 +539,7 @@ class ScriptedJudge:
         return Judgement(score=next_state.evaluative.score)
 
 
-def _sample_maker(tmp_path, method: str, **kwargs):
+def _sample_maker(tmp_path, method: str, degenerate: str = "penalise", **kwargs):
     from claw_train.advantages import MethodSettings
     from claw_train.runlog.decisions import DecisionLog
     from claw_train.runlog.logs import VersionedLog
@@ -545,7 +549,12 @@ def _sample_maker(tmp_path, method: str, **kwargs):
     log = VersionedLog(tmp_path / "logs")
     settings = MethodSettings(method, **kwargs)
     return SampleMaker(
-        settings=settings, judge=ScriptedJudge(), policy=None, stats=Stats(), log=DecisionLog(log, settings)
+        settings=settings,
+        judge=ScriptedJudge(),
+        policy=None,
+        stats=Stats(),
+        log=DecisionLog(log, settings),
+        degenerate=degenerate,
     )
 
 
@@ -560,6 +569,46 @@ def test_infra_failures_are_masked_without_judging(tmp_path):
     p.log.log.close()
     decisions = [(r["decision"], r["reason"]) for r in read_logs(tmp_path / "logs")]
     assert decisions == [("masked", "infra_sandbox_failure"), ("masked", "no_signal"), ("accepted", None)]
+
+
+def test_degenerate_turns_are_penalised_or_dropped_or_kept(tmp_path):
+    from claw_train.samples.degenerate import repeated_share
+
+    looping = [5, 6, 7, 8] * 10  # 37 4-grams, 33 of them seen before
+    varied = list(range(40))
+    assert repeated_share(looping) == pytest.approx(33 / 37) and repeated_share(varied) == 0.0
+    p = _sample_maker(tmp_path / "penalise", "combined")  # the default: the judge's +1 is not trusted
+    [cut] = asyncio.run(p.personal(_turn(1, "g", evaluative=1.0, finish="length")))
+    [loop] = asyncio.run(p.personal(_turn(1, "g", evaluative=1.0, ids=looping)))
+    assert cut.advantages == [-1.0, -1.0] and loop.advantages == [-1.0] * 40 and cut.hint is None
+    [fine] = asyncio.run(p.personal(_turn(1, "g", evaluative=1.0, ids=varied)))
+    assert fine.advantages == [1.0] * 40
+    # in a group, the penalty stands in for the PRM score before step-index normalisation
+    grouped = asyncio.run(p.group([[_turn(1, "h", evaluative=1.0, outcome=1.0, episode=e, ids=ids)] for e, ids in
+                                   (("x", looping), ("y", varied))]))  # fmt: skip
+    assert {s.turn.episode_id: s.advantages[0] for s in grouped} == pytest.approx({"x": -1.0, "y": 1.0}, abs=1e-5)
+    assert p.judge.calls == 5 and p.stats.totals()["degenerate"] == {"cut_off": 1, "repetitive": 2}
+    p.log.log.close()
+    logged = [(r.get("degenerate"), r.get("penalised", False)) for r in read_logs(tmp_path / "penalise" / "logs")]
+    assert logged[:3] == [("cut_off", True), ("repetitive", True), (None, False)]
+
+    silent = _sample_maker(tmp_path / "silent", "binary")  # a judge that is down trains nothing, penalty or not
+    silent.judge = _SilentJudge()
+    assert asyncio.run(silent.personal(_turn(1, "g", finish="length"))) == []
+    assert silent.stats.masked == {"judge_unavailable": 1}
+    silent.log.log.close()
+
+    dropped = _sample_maker(tmp_path / "drop", "binary", degenerate="drop")
+    assert asyncio.run(dropped.personal(_turn(1, "g", evaluative=1.0, finish="length"))) == []
+    assert asyncio.run(dropped.group([[_turn(1, "g", evaluative=1.0, ids=looping, outcome=1.0)]])) == []
+    assert dropped.judge.calls == 0 and dropped.stats.masked == {"cut_off": 1, "repetitive": 1}
+    dropped.log.log.close()
+
+    kept = _sample_maker(tmp_path / "keep", "binary", degenerate="keep")
+    [judged] = asyncio.run(kept.personal(_turn(1, "g", evaluative=1.0, finish="length")))
+    assert judged.advantages == [1.0, 1.0] and kept.judge.calls == 1
+    assert kept.stats.totals()["degenerate"] == {"cut_off": 1}  # still counted: the instrument
+    kept.log.log.close()
 
 
 def test_general_agents_get_step_index_normalised_advantages(tmp_path):

@@ -54,6 +54,7 @@ def training(tmp_path_factory):
     cfg = build(
         TrainArgs, command="train", env="conversation", model=model, method="combined", updates=UPDATES,
         samples_per_step=2, eval_every=2, eval_n=2, max_new_tokens=16, report_to="none", output_dir=out,
+        degenerate="keep",  # replies cut at 16 tokens for speed: judged, so hints and their credit show
     )  # fmt: skip
     done: dict[str, object] = {}
     thread = threading.Thread(target=lambda: done.update(result=asyncio.run(Pipeline(cfg).run())), daemon=True)
@@ -158,6 +159,9 @@ def test_the_curves_show_the_runs_numbers(finished, viewer, page):
         assert judge["data"][judge["labels"].index("-1")][k] == pytest.approx(share, abs=1e-4)
     staleness = {r["update"]: r["staleness"] for r in records if r["kind"] == "update"}
     assert charts["staleness"]["data"][1] == pytest.approx([staleness[u] for u in sorted(staleness)])
+    for chart, name in (("replies", "claw/reply_tokens_mean"), ("degeneration", "claw/repetition")):
+        values = {r["update"]: r["metrics"][name] for r in records if r["kind"] == "metrics" and name in r["metrics"]}
+        assert values and charts[chart]["data"][1] == pytest.approx([values[u] for u in sorted(values)]), chart
     assert not page.errors
 
 

@@ -77,6 +77,7 @@ class PersonalizationEvaluation(Evaluation):
             "persona": self.persona.name,
             "valid_rate": statistics.fmean(r["valid"] for r in rows),
             "correct_rate": statistics.fmean(r["correct"] for r in rows),
+            "accepted_rate": statistics.fmean(r.get("accepted", False) for r in rows),
             "preference_rates": {k: statistics.fmean(r["met"][k] for r in rows) for k in names},
         }
 
@@ -86,6 +87,7 @@ class PersonalizationEvaluation(Evaluation):
         out = [
             ("valid-reply rate", f"{summary['valid_rate']:.1%}"),
             ("answer correct", f"{summary['correct_rate']:.1%}"),
+            ("accepted (all preferences and the right answer)", f"{summary['accepted_rate']:.1%}"),
         ]
         out += [(f"  preference: {k}", f"{v:.1%}") for k, v in summary["preference_rates"].items()]
         return out

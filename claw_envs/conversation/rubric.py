@@ -35,6 +35,11 @@ class RubricResult:
     final: float | None
     correct: bool
 
+    @property
+    def accepted(self) -> bool:
+        """What the user would accept: every preference met and the right answer."""
+        return self.score == 1.0 and self.correct
+
     def to_dict(self) -> dict[str, Any]:
         """The result as plain JSON-ready values (without ``raw``)."""
         return {
@@ -44,6 +49,7 @@ class RubricResult:
             "invalid_kind": self.invalid_kind,
             "final": self.final,
             "correct": self.correct,
+            "accepted": self.accepted,
         }
 
 
@@ -66,8 +72,8 @@ def rubric(
         raw = {p.name: bool(CHECKS[p.check](ctx, **p.params)) for p in persona.preferences}
     well_formed = kind is None and raw.get("well_formed", False)
     met = {p.name: well_formed and raw.get(p.name, False) for p in persona.preferences}
-    final = final_number(reply) if kind is None else None
-    correct = final is not None and answer_correct(reply, problem.answer)
+    final = final_number(reply, problem.question) if kind is None else None
+    correct = final is not None and answer_correct(reply, problem.answer, problem.question)
     return RubricResult(
         score=sum(met.values()) / len(met),
         met=met,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from claw_envs.conversation.signals import sentences
-from claw_envs.conversation.tasks import Number, Problem, StudentWork, numbers_in
+from claw_envs.conversation.tasks import NUMBER, Number, Problem, StudentWork, numbers_in
 
 MAX_REPLY_CHARS = 4000
 """A reply longer than this is not read past this point and is not a valid reply."""
@@ -37,6 +37,14 @@ _TOOL_TAG = re.compile(r"<(tool_call|function_call|function)\b[^>]*>.*?(?:</\1>|
 _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _RUN = re.compile(r"(\S)\1{24,}")
+_LIST_MARKER = re.compile(r"[ \t>*#]*(?:step\s*)?\d+(?:[.):]|\s*[-–])(?=\s|$)", re.I)
+"""A line's numbered-list marker, the whole of what it matches at the line's start (``1.``, ``2)``, ``Step 3:``)."""
+_RESULT_BEFORE = re.compile(
+    r"(?:=|\bis|['’]s|\bgives?|\bget|\bgot|\bmakes?|\btotal|\bleaves?|\bleft(?: with)?|\bequals?|\bso)"
+    r"[\s$*:]*\Z",
+    re.I,
+)
+"""What, just before a number, makes it a result rather than a number repeated from the question."""
 _ANSWER_MARK = re.compile(
     r"(?:answer|should be|comes out to|comes to|equals|\\boxed\{)[\s*:=$]*(?:is|was|would be|should be|of)?[\s*:=$]*"
     r"(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)",
@@ -116,18 +124,31 @@ def is_valid_reply(reply: str) -> bool:
     return reply_problem(reply) is None
 
 
-def final_number(reply: str) -> float | None:
-    """The number the reply gives as its answer: after the last "answer is / should be / =" marker, else the last."""
+def final_number(reply: str, question: str | None = None) -> float | None:
+    """The number the reply gives as its answer: after the last "answer is / should be / =" marker, else the last
+    number that answers something. A list marker ("1.", "2)", "Step 3") answers nothing, nor does a number of
+    ``question`` left dangling (one not after a "=", "is", "gives" and the like): the reply then states no answer."""
     marks = list(_ANSWER_MARK.finditer(reply))
     if marks:
         return float(marks[-1].group(1).replace(",", ""))
-    nums = numbers_in(reply)
-    return nums[-1] if nums else None
+    stated = [m for m in NUMBER.finditer(reply) if not _is_list_marker(reply, m)]
+    if not stated:
+        return None
+    last = stated[-1]
+    value = float(last.group().replace(",", ""))
+    if question is not None and value in numbers_in(question) and not _RESULT_BEFORE.search(reply[: last.start()]):
+        return None
+    return value
 
 
-def answer_correct(reply: str, answer: Number) -> bool:
+def _is_list_marker(text: str, number: re.Match[str]) -> bool:
+    marker = _LIST_MARKER.match(text, text.rfind("\n", 0, number.start()) + 1)
+    return marker is not None and marker.end() >= number.end()
+
+
+def answer_correct(reply: str, answer: Number, question: str | None = None) -> bool:
     """Whether the reply's final number equals ``answer`` (reported beside the rubric, not in it)."""
-    got = final_number(reply[:MAX_REPLY_CHARS])
+    got = final_number(reply[:MAX_REPLY_CHARS], question)
     return got is not None and abs(got - float(answer)) <= 1e-6 * max(1.0, abs(float(answer)))
 
 
@@ -180,7 +201,7 @@ _EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b50\u2b55]")
 
 
 def _well_formed(ctx: CheckContext) -> bool:
-    return is_valid_reply(ctx.reply) and final_number(ctx.reply) is not None
+    return is_valid_reply(ctx.reply) and final_number(ctx.reply, ctx.problem.question) is not None
 
 
 def _no_bold(ctx: CheckContext) -> bool:
@@ -249,8 +270,9 @@ CHECKS: dict[str, Callable[..., bool]] = {
     "matches": _matches,
     "not_matches": _not_matches,
 }
-"""Preference checks by name. ``well_formed``: valid reply stating a number. ``no_bold`` / ``no_headers`` /
-``no_step_list``: no markdown bold, headings, "Step 1:" or numbered/bulleted lists (code is ignored).
+"""Preference checks by name. ``well_formed``: valid reply stating an answer (:func:`final_number`).
+``no_bold`` / ``no_headers`` / ``no_step_list``: no markdown bold, headings, "Step 1:" or numbered/bulleted lists
+(code is ignored).
 ``short(max_chars, max_lines)``. ``casual``: a casual marker and no textbook/assistant phrases.
 ``verdict``: says right or wrong, and the verdict matches the student's work. ``specific``: a sentence
 addressing the student names a number from their work. ``encouraging``: kind words, nothing harsh.

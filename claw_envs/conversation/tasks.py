@@ -130,12 +130,13 @@ def fmt(x: Number) -> str:
     return str(int(f)) if f.is_integer() else f"{f:.6g}"
 
 
-_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+"""A number as a reply writes it (``1,200``, ``-3.5``)."""
 
 
 def numbers_in(text: str) -> list[float]:
     """Numbers in ``text`` in order (``1,200`` and ``-3.5`` included; ``17-4`` gives 17 and 4)."""
-    return [float(m.group().replace(",", "")) for m in _NUMBER.finditer(text)]
+    return [float(m.group().replace(",", "")) for m in NUMBER.finditer(text)]
 
 
 def parse_gsm8k_answer(answer: str, task_id: str = "?") -> tuple[Number, tuple[Step, ...]]:

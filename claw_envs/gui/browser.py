@@ -140,9 +140,9 @@ class BrowserBackend:
         page.on("crash", self._on_crash)
         page.on("dialog", lambda dialog: self._background(dialog.dismiss()))
         context.on("page", self._on_popup)
-        context.on("request", self._in_flight.add)
+        context.on("request", self._request_started)
         for ended in ("requestfinished", "requestfailed"):
-            context.on(ended, self._in_flight.discard)
+            context.on(ended, self._request_ended)
         return context, page
 
     async def end_episode(self) -> None:
@@ -195,6 +195,12 @@ class BrowserBackend:
         else:
             self.blocked.append(url)
             await route.abort("blockedbyclient")
+
+    def _request_started(self, request: Any) -> None:
+        self._in_flight.add(request)
+
+    def _request_ended(self, request: Any) -> None:
+        self._in_flight.discard(request)
 
     def _on_crash(self, _page: Any) -> None:
         self._crashed = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
@@ -14,6 +15,9 @@ from rich.table import Column, Table
 if TYPE_CHECKING:
     from claw_envs.check import TaskCheck
     from judges import Judgement
+
+PROCEDURAL_CHECKS = 50
+"""Tasks of a procedural generator ``claw-envs check`` plays by default (it could make a million)."""
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="List, try and judge claw environments."
@@ -119,6 +123,14 @@ def check(
         list[str] | None, typer.Option("--env-kwarg", help="KEY=VALUE passed to the env (value read as YAML).")
     ] = None,
     jobs: Annotated[int, typer.Option(min=1, help="Envs checking tasks at once.")] = 1,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=f"Check at most this many tasks per split (default: every task of a list or folder, the first "
+            f"{PROCEDURAL_CHECKS} of a procedural generator, which makes as many as asked).",
+        ),
+    ] = None,
     provision: Annotated[
         bool, typer.Option("--provision", help="First install the system packages the tasks lack (apt, as root).")
     ] = False,
@@ -151,7 +163,7 @@ def check(
     except ConfigError as err:
         raise UsageError(str(err)) from None
     results: list[TaskCheck] = []
-    todo = _unique_tasks(sources)
+    todo = _unique_tasks(sources, limit)
     _skipped_folders(sources)
     _provision(spec.env_id, todo, kwargs, install=provision)
 
@@ -278,14 +290,19 @@ def judge(
     asyncio.run(episode())
 
 
-def _unique_tasks(sources: list[Any]) -> list[tuple[Any, list[str]]]:
+def _unique_tasks(sources: list[Any], limit: int | None = None) -> list[tuple[Any, list[str]]]:
     """``(source, task ids)`` per split, each task once (one task in both splits, a folder read as train and as test,
-    is checked once)."""
+    is checked once); at most ``limit`` a split (``None``: all, but :data:`PROCEDURAL_CHECKS` of a generator)."""
+    from claw_envs.tasks import ProceduralTasks
+
     seen: set[tuple[str, str]] = set()
     todo = []
     for source in sources:
         ids = []
-        for task in source:
+        most = limit or (PROCEDURAL_CHECKS if isinstance(source, ProceduralTasks) else None)
+        if most is not None and most < len(source):
+            console.print(f"{source.split}: checking the first {most:,} of {len(source):,} tasks (--limit)")
+        for task in itertools.islice(source, most):
             if (task.id, task.hash) not in seen:
                 seen.add((task.id, task.hash))
                 ids.append(task.id)

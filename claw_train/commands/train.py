@@ -131,6 +131,7 @@ def curve(evals: list[dict[str, Any]], width: int = 40) -> str:
         bar = "█" * filled + "·" * (width - filled)
         success = f"{e.get('success_name', 'success')} {e.get('success_rate', 0):.0%}"
         extra = f"valid {e['valid_rate']:.0%}, {success}" if "valid_rate" in e else success
+        extra += f", accepted {e['accepted_rate']:.0%}" if "accepted_rate" in e else ""
         lines.append(f"  update {e['update']:>3}  {bar}  {e['score']:.3f}  ({extra})")
     if len(evals) > 1:
         lines.append(f"  change: {evals[-1]['score'] - evals[0]['score']:+.3f}")

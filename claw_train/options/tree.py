@@ -115,6 +115,9 @@ class TrainingConfig:
     """Tokens (rows x padded length) one forward and backward of an update takes at once: a step's rows are split into
     micro-batches within it (the same loss and gradients); None: a quarter of this machine's memory over a token's
     cost for the model."""
+    degenerate: Literal["penalise", "drop", "keep"] = "penalise"
+    """A turn cut off at the token limit or repetitive (over half its token 4-grams repeated): penalise trains it
+    with -1 in place of the judge's score (no hint), drop masks it, keep trusts the judge as for any other turn."""
     in_flight_batches: int = 1
     """Turns generated but not yet trained, in batches of samples_per_step."""
     group_size: int | None = None

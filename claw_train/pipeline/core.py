@@ -241,15 +241,11 @@ class Pipeline:
         evaluations = self._evaluations(log, policy) if isinstance(self.args, TrainArgs) else None
         settings = MethodSettings(self.training.method, self.training.w_rl, self.training.w_opd, self.training.prm_c)
         maker = SampleMaker(
-            settings=settings,
-            judge=judge,
-            policy=policy,
-            stats=self.stats,
+            settings=settings, judge=judge, policy=policy, stats=self.stats, attempt=attempt,
             log=DecisionLog(log, settings, tokenizer=getattr(policy, "tokenizer", None)),
-            attempt=attempt,
-            temperature=self.rollout.temperature,
-            fatal=lambda err: isinstance(err, PolicyDown),
-        )
+            temperature=self.rollout.temperature, fatal=lambda err: isinstance(err, PolicyDown),
+            degenerate=self.training.degenerate,
+        )  # fmt: skip
         judges = JudgeWorkers(
             maker, turns=self.turns, samples=self.samples, control=self.control, stats=self.stats, say=self.say
         )

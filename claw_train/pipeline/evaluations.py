@@ -103,4 +103,6 @@ def eval_line(row: dict[str, Any]) -> str:
     text += f"  {row.get('success_name', 'success')} {row['success_rate']:.0%}"
     if "valid_rate" in row:
         text += f"  valid {row['valid_rate']:.0%}  correct {row['correct_rate']:.0%}"
+    if "accepted_rate" in row:
+        text += f"  accepted {row['accepted_rate']:.0%}"
     return text

@@ -131,7 +131,7 @@ def turn_record(
         record["next_state"]["image"] = screenshot(image_dir, turn, ns.image)
     if credit is not None:
         record["credit"] = credit
-    for key in ("judge_error", "teacher_error"):
+    for key in ("judge_error", "teacher_error", "degenerate", "penalised"):
         if key in turn.info:
             record[key] = turn.info[key]
     return record

@@ -63,7 +63,8 @@ class Stats:
         """Whole-run figures for the summary, counted one way (the progress lines and claw-view count the same):
         ``episodes`` with a logged turn (``episodes_finished`` of them ended), ``turns`` played, ``turns_judged``
         decided (logged accepted or masked), ``turns_scored`` by the judge, ``hints`` the judge gave among those,
-        ``samples`` accepted and ``samples_trained``; masking by reason, mean judge score, episode outcomes."""
+        ``samples`` accepted and ``samples_trained``; masking by reason, degenerate turns by kind (cut off, repetitive:
+        penalised, dropped or kept as the run chose), mean judge score, episode outcomes."""
         with self._lock:
             (score_sum, scored, positive), (outcome_sum, ended, successes) = self.score_total, self.outcomes
             return {
@@ -77,6 +78,9 @@ class Stats:
                 "samples": self.counts["samples"],
                 "samples_trained": self.trained_total,
                 "masked": dict(self.masked),
+                "degenerate": {
+                    k.removeprefix("degenerate_"): v for k, v in self.counts.items() if k[:11] == "degenerate_"
+                },
                 "mean_judge_score": score_sum / scored if scored else None,
                 "judge_positive_rate": positive / scored if scored else None,
                 "episodes_with_outcome": ended,

@@ -35,6 +35,8 @@ def learning_curve(
             ax.plot(xs, [e["valid_rate"] for e in evals], "--", marker=".", alpha=0.7, label="valid-reply rate")
         if all("correct_rate" in e for e in evals):
             ax.plot(xs, [e["correct_rate"] for e in evals], ":", marker="x", alpha=0.8, label="answer correct")
+        if all("accepted_rate" in e for e in evals):
+            ax.plot(xs, [e["accepted_rate"] for e in evals], "-.", marker="s", alpha=0.8, label="accepted by the user")
     points = [(u, s) for u, s in train if s is not None]
     if points:
         ax.plot(*zip(*points, strict=True), alpha=0.5, label="batch mean judge score")
@@ -79,6 +81,8 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     table.add_row("samples", f"{summary.get('samples', 0)} accepted, {summary.get('samples_trained', 0)} trained")
     masked = summary.get("masked", {})
     table.add_row("turns masked", ", ".join(f"{k} {v}" for k, v in sorted(masked.items())) or "0")
+    if degenerate := summary.get("degenerate"):
+        table.add_row("degenerate turns (never judged)", ", ".join(f"{k} {v}" for k, v in sorted(degenerate.items())))
     if summary.get("mean_judge_score") is not None:
         positive = summary.get("judge_positive_rate")
         share = f"  ({positive:.0%} scored +1)" if positive is not None else ""
@@ -103,7 +107,8 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
             f"{e['score']:.3f} ± {e.get('score_sd', 0):.3f}  ({e.get('success_name', success)} "
             f"{e.get('success_rate', 0):.0%}"
             + (f", valid {e['valid_rate']:.0%}" if "valid_rate" in e else "")
-            + (f", correct {e['correct_rate']:.0%})" if "correct_rate" in e else ")"),
+            + (f", correct {e['correct_rate']:.0%}" if "correct_rate" in e else "")
+            + (f", accepted {e['accepted_rate']:.0%})" if "accepted_rate" in e else ")"),
         )
     paths = summary.get("paths", {})
     if summary.get("checkpoint"):

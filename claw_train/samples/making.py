@@ -5,7 +5,9 @@ becomes a :class:`Decision`; the accepted ones become :class:`~claw_train.sample
 of them go to the run's :class:`~claw_train.runlog.decisions.DecisionLog`.
 
 A turn is masked (no sample; counted by reason, logged with its votes) when its env step failed
-(``infra_<status>``), it has no next state or no tokens, the judge could not answer
+(``infra_<status>``), it has no next state or no tokens, it is degenerate and the run drops those (``cut_off`` at
+the token limit, ``repetitive``: :mod:`claw_train.samples.degenerate`; by default such a turn is not masked but
+penalised: the judge's score is replaced by -1 and its hint ignored), the judge could not answer
 (``judge_unavailable`` / ``judge_error``), or it carries no signal (PRM 0 and no hint, or, for general
 agents, a constant step-index bucket: ``no_signal``).
 """
@@ -20,29 +22,34 @@ from claw_train.advantages import MethodSettings, StepReward, group_scores
 from claw_train.policy.base import Policy, PolicyError
 from claw_train.runlog.decisions import Decision, DecisionLog
 from claw_train.runlog.metrics import Stats
+from claw_train.samples.degenerate import PENALTY, Handling, degenerate
 from claw_train.samples.records import TrainSample, TurnRecord
 from judges.base import Judge, Judgement
 
 
 @dataclass(frozen=True)
 class Judged:
-    """Step one's result for a turn: its judgement (``None`` when the judge failed or was not asked) and why it cannot
-    be learned from (``None``: it can, so far)."""
+    """Step one's result for a turn: its judgement (``None`` when the judge failed or was not asked), why it cannot
+    be learned from (``None``: it can, so far), and whether it is a degenerate turn the run penalises."""
 
     turn: TurnRecord
     judgement: Judgement | None
     reason: str | None
+    penalised: bool = False
 
     @property
     def score(self) -> float | None:
-        """The judge's score, when it gave one."""
-        return self.judgement.score if self.judgement is not None and self.judgement.available else None
+        """The judge's score when it gave one (:data:`~claw_train.samples.degenerate.PENALTY` in its place for a
+        penalised turn)."""
+        if self.judgement is None or not self.judgement.available:
+            return None
+        return PENALTY if self.penalised else self.judgement.score
 
     @property
     def hint(self) -> str | None:
-        """The accepted hint, when there is one."""
+        """The accepted hint, when there is one (never for a penalised turn)."""
         j = self.judgement
-        return j.hint if j is not None and j.hint_available else None
+        return j.hint if j is not None and j.hint_available and not self.penalised else None
 
 
 class SampleMaker:
@@ -50,7 +57,8 @@ class SampleMaker:
     a group of episodes of one task, for step-index normalisation), logging each :class:`Decision`.
 
     ``fatal(err)`` decides whether a policy error while computing teacher log-probs ends the run (it is
-    re-raised) or only loses that hint (counted as ``teacher_errors``).
+    re-raised) or only loses that hint (counted as ``teacher_errors``). ``degenerate`` says what becomes of a cut-off
+    or repetitive turn (:data:`~claw_train.samples.degenerate.HANDLING`).
     """
 
     def __init__(
@@ -64,6 +72,7 @@ class SampleMaker:
         attempt: int = 0,
         temperature: float = 1.0,
         fatal: Callable[[PolicyError], bool] = lambda err: False,
+        degenerate: Handling = "penalise",
     ):
         self.settings = settings
         self.judge = judge
@@ -73,6 +82,7 @@ class SampleMaker:
         self.attempt = attempt
         self.temperature = temperature
         self.fatal = fatal
+        self.degenerate = degenerate
         self._sample_no = 0
 
     async def personal(self, turn: TurnRecord) -> list[TrainSample]:
@@ -85,8 +95,8 @@ class SampleMaker:
         judged = await self._judge([t for ep in episodes for t in ep], scored=True)
         outcomes = [_outcome(ep) for ep in episodes for _ in ep]
         steps = [
-            StepReward(j.turn.group_id, j.turn.step_index, outcome, float(j.judgement.score))
-            if j.reason is None and j.judgement is not None
+            StepReward(j.turn.group_id, j.turn.step_index, outcome, j.score)
+            if j.reason is None and j.score is not None
             else None
             for j, outcome in zip(judged, outcomes, strict=True)
         ]
@@ -98,6 +108,13 @@ class SampleMaker:
         """Each turn with its judgement, or the reason it is not judged (or the judge failed on it). ``scored``: a
         judgement without a score masks the turn (general agents normalise scores); else its hint may still teach."""
         reasons = [_unusable(t) for t in turns]
+        for i, turn in enumerate(turns):
+            if reasons[i] is None and (kind := degenerate(turn)) is not None:
+                turn.info["degenerate"] = kind
+                self.stats.add(f"degenerate_{kind}")
+                reasons[i] = kind if self.degenerate == "drop" else None
+                if self.degenerate == "penalise":
+                    turn.info["penalised"] = True
         judgements = await asyncio.gather(
             *(self._judgement(t) if r is None else _nothing() for t, r in zip(turns, reasons, strict=True))
         )
@@ -109,7 +126,7 @@ class SampleMaker:
                 reason = "judge_error"
             elif reason is None and scored and not judgement.available:
                 reason = "judge_unavailable"
-            out.append(Judged(turn, judgement, reason))
+            out.append(Judged(turn, judgement, reason, penalised="penalised" in turn.info))
         return out
 
     async def _judgement(self, turn: TurnRecord) -> Judgement | None:
@@ -164,7 +181,7 @@ class SampleMaker:
             turn=j.turn,
             judgement=j.judgement,
             reason=reason,
-            score=j.judgement.score if j.judgement is not None else None,
+            score=j.score if j.judgement is not None and j.judgement.available else None,
             hint=j.hint if teacher is not None else None,
             teacher=teacher,
             rl_score=rl_score,

@@ -28,6 +28,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from claw_train.models.presets import PRESETS, preset_for
 from claw_train.runlog.metrics import TRAINER_COUNTERS, Counters
+from claw_train.samples.degenerate import repeated_share
 from claw_train.samples.records import TrainSample, triage
 from claw_train.training.batch import collate, length_groups, token_budget
 from claw_train.training.distributed import Ranks, world_size
@@ -302,6 +303,9 @@ class ClawTrainer(FedGRPOTrainer):
             "claw/advantage_mean": sum(adv) / len(adv),
             "claw/advantage_abs_mean": sum(abs(a) for a in adv) / len(adv),
             "claw/completion_tokens": float(len(adv)),
+            "claw/reply_tokens_mean": len(adv) / len(samples),
+            "claw/repetition": sum(repeated_share(s.turn.completion_ids) for s in samples) / len(samples),
+            "claw/behaviour_nll": -sum(lp for s in samples for lp in s.turn.logprobs) / max(1, len(adv)),
         }.items():
             self.log_metric(name, value)
 

@@ -252,7 +252,8 @@ class RunIndex:
         }
 
     def decision(self, i: int) -> str:
-        """``accepted``, or the reason turn ``i`` was masked (or the kind of a served, never judged, request)."""
+        """``accepted``, ``penalised_<kind>`` (a degenerate turn), or the reason turn ``i`` was masked (or the kind of a
+        served, never judged, request)."""
         return self.turns.reasons.names[self.turns.reason.values[i]]
 
     def record(self, i: int) -> dict[str, Any] | None:
@@ -284,7 +285,8 @@ def _decode(raw: bytes) -> TurnLine | None:
 
 
 def _eval_point(row: dict[str, Any]) -> dict[str, Any]:
-    keep = ("update", "version", "score", "score_sd", "score_ci95", "success_rate", "valid_rate", "correct_rate")
+    keep = ("update", "version", "score", "score_sd", "score_ci95", "success_rate")
+    keep += ("valid_rate", "correct_rate", "accepted_rate")
     return {k: row[k] for k in keep if k in row} | {"score_name": row.get("score_name")}
 
 

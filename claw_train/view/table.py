@@ -48,6 +48,8 @@ class TurnLine(msgspec.Struct):
     next_state: NextText | None = None
     decision: Any = None
     reason: Any = None
+    degenerate: Any = None
+    penalised: Any = None
     sample_id: Any = None
     judgement: Judged | None = None
     hint_accepted: Any = None
@@ -115,7 +117,7 @@ class TurnFilter:
     version: str = ""  # "3" or "2-5"
     task: str = ""  # part of a task (or session) id
     score: str = ""  # "1", "0", "-1" or "none"
-    reason: str = ""  # "accepted" or a masked reason
+    reason: str = ""  # "accepted", "penalised_<kind>" or a masked reason
     hint: str = ""  # "yes" or "no"
     episode: str = ""  # an episode id, exactly
     q: str = ""  # text in the action, next state or hint
@@ -165,9 +167,7 @@ class TurnTable:
         self.step.values.extend([_int(t.step) for t in turns])
         self.score.values.extend([_score(t.judgement) for t in turns])
         self.judged += sum(t.judgement is not None for t in turns)
-        self.reason.values.extend(
-            self.reasons.codes(["accepted" if t.decision == "accepted" else str(t.reason or t.kind) for t in turns])
-        )
+        self.reason.values.extend(self.reasons.codes([_decision(t) for t in turns]))
         tasks = [str(t.task or t.session or "") for t in turns]
         self.task.values.extend(self.tasks.codes(tasks))
         self.episode.values.extend(self.episodes.codes([str(t.episode or "") for t in turns]))
@@ -240,6 +240,13 @@ class TurnTable:
             if hits.any():
                 decisions[name] = _rates(hits, turns)
         return {"versions": present.tolist(), "turns": turns.tolist(), "judge": judge, "decisions": decisions}
+
+
+def _decision(t: TurnLine) -> str:
+    """``accepted``, ``penalised_<kind>`` (a degenerate turn trained with a penalty), or why it was masked."""
+    if t.decision == "accepted":
+        return f"penalised_{t.degenerate}" if t.penalised else "accepted"
+    return str(t.reason or t.kind)
 
 
 def _rates(hits: np.ndarray, totals: np.ndarray) -> list[float | None]:
