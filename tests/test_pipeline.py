@@ -110,14 +110,10 @@ def test_conversation_cli_end_to_end(models, tmp_path):
     assert [h["claw/replay_loss"] > 0 for h in history if "loss" in h] == [True, True]
 
 
-# tiny's tool calls are mostly unreadable: the idle stop is off, this test is about the plumbing; cut at 16 tokens,
-# every reply would get the same penalty (a constant group, no signal): the judge scores them (--degenerate keep)
+# tiny's tool calls are mostly unreadable: the idle stop is off, this test is about the plumbing
 @pytest.mark.parametrize(
     ("family", "extra"),
-    [
-        ("toolcall", {"max_turns": 2, "max_idle_episodes": 0, "degenerate": "keep"}),
-        ("echo", {"sync": True, "lora": True, "merge": True}),
-    ],
+    [("toolcall", {"max_turns": 2, "max_idle_episodes": 0}), ("echo", {"sync": True, "lora": True, "merge": True})],
 )
 def test_general_agent_families_end_to_end(models, tmp_path, family, extra):
     if family == "toolcall" and not _has_bwrap():

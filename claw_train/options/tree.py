@@ -117,7 +117,8 @@ class TrainingConfig:
     cost for the model."""
     degenerate: Literal["penalise", "drop", "keep"] = "penalise"
     """A turn cut off at the token limit or repetitive (over half its token 4-grams repeated): penalise trains it
-    with -1 in place of the judge's score (no hint), drop masks it, keep trusts the judge as for any other turn."""
+    with -1 in place of the judge's score (its hint still teaches), drop masks it, keep trusts the judge as for any
+    other turn."""
     in_flight_batches: int = 1
     """Turns generated but not yet trained, in batches of samples_per_step."""
     group_size: int | None = None

@@ -16,7 +16,7 @@ from claw_train.samples.records import TurnRecord
 
 Handling = Literal["penalise", "drop", "keep"]
 HANDLING: tuple[Handling, ...] = ("penalise", "drop", "keep")
-"""``penalise``: the judge's score replaced by :data:`PENALTY`, its hint ignored (a judge that is down still masks the
+"""``penalise``: the judge's score replaced by :data:`PENALTY`, its hint kept (a judge that is down still masks the
 turn); ``drop``: masked; ``keep``: judged like any turn. Each is counted, and its log line names its kind, whatever
 the choice."""
 PENALTY = -1.0

@@ -7,7 +7,7 @@ of them go to the run's :class:`~claw_train.runlog.decisions.DecisionLog`.
 A turn is masked (no sample; counted by reason, logged with its votes) when its env step failed
 (``infra_<status>``), it has no next state or no tokens, it is degenerate and the run drops those (``cut_off`` at
 the token limit, ``repetitive``: :mod:`claw_train.samples.degenerate`; by default such a turn is not masked but
-penalised: the judge's score is replaced by -1 and its hint ignored), the judge could not answer
+penalised: the judge's score is replaced by -1, its hint still teaches), the judge could not answer
 (``judge_unavailable`` / ``judge_error``), or it carries no signal (PRM 0 and no hint, or, for general
 agents, a constant step-index bucket: ``no_signal``).
 """
@@ -47,9 +47,9 @@ class Judged:
 
     @property
     def hint(self) -> str | None:
-        """The accepted hint, when there is one (never for a penalised turn)."""
+        """The accepted hint, when there is one."""
         j = self.judgement
-        return j.hint if j is not None and j.hint_available and not self.penalised else None
+        return j.hint if j is not None and j.hint_available else None
 
 
 class SampleMaker:
