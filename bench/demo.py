@@ -9,7 +9,8 @@ Writes ``bench/results/<target>[-cold].json`` (``--name``, ``--results``): ``sec
 ``evals`` (each evaluation as the run recorded it: update, score, valid, correct, accepted…), ``first`` / ``last``
 (the first and the last evaluation), ``judge_positive_rate``, ``samples_trained``, the run's ``status``, and
 ``decisions``: per policy version, its turns accepted, masked by reason, and degenerate (cut off, repetitive);
-``turns`` and ``cut_off`` sum them over the ``first4`` and the ``last4`` versions.
+``turns`` and ``cut_off`` sum them over the ``first4`` and the ``last4`` versions; ``replies``: per update, the
+trained replies' mean length in tokens, repetition and behaviour NLL (the trainer's ``claw/`` metrics).
 ``--with`` appends options to the command (a setting measured on and off: ``--with "--degenerate drop"``).
 
 Run: ``.venv/bin/python bench/demo.py [--target demo|demo-real] [--cold] [--with OPTIONS]``
@@ -60,6 +61,18 @@ def decisions_by_version(logs: Path) -> dict[str, dict[str, int]]:
     return {v: dict(c) for v, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
 
 
+def reply_metrics(logs: Path) -> dict[str, dict[str, float]]:
+    """Per update: ``tokens``, ``repetition`` and ``nll`` of the trained replies, as the trainer logged them."""
+    names = {"tokens": "claw/reply_tokens_mean", "repetition": "claw/repetition", "nll": "claw/behaviour_nll"}
+    out: dict[int, dict[str, float]] = {}
+    for path in sorted(logs.glob("v*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("kind") == "metrics" and names["tokens"] in row.get("metrics", {}):
+                out[int(row["update"])] = {k: round(float(row["metrics"][v]), 4) for k, v in names.items()}
+    return {str(u): out[u] for u in sorted(out)}
+
+
 def ends(decisions: dict[str, dict[str, int]], names: dict[str, str]) -> dict[str, dict[str, int]]:
     """Each named count summed over the first four and the last four versions (``first4``, ``last4``)."""
     versions = list(decisions.values())
@@ -88,6 +101,7 @@ def main() -> None:
         seconds = time.monotonic() - started
         summary = json.loads((out / "summary.json").read_text())
         decisions = decisions_by_version(out / "logs")
+        replies = reply_metrics(out / "logs")
     evals = summary["evals"]
     values = {
         "target": args.target,
@@ -101,6 +115,7 @@ def main() -> None:
         "samples_trained": summary.get("samples_trained"),
         "options": args.extra,
         "decisions": decisions,
+        "replies": replies,
         **ends(decisions, {"turns": "turns", "cut_off": "degenerate:cut_off"}),
     }
     record.write(args.name or f"{args.target}{'-cold' if args.cold else ''}", values, folder=args.results)

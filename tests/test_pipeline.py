@@ -584,6 +584,13 @@ def test_degenerate_turns_are_penalised_or_dropped_or_kept(tmp_path):
                                    (("x", looping), ("y", varied))]))  # fmt: skip
     assert {s.turn.episode_id: s.advantages[0] for s in grouped} == pytest.approx({"x": -1.0, "y": 1.0}, abs=1e-5)
     assert p.judge.calls == 5 and p.stats.totals()["degenerate"] == {"cut_off": 1, "repetitive": 2}
+    # an action taken again after the env scored it below 0 in the same episode: penalised however it is judged
+    retried = [_turn(1, "r", evaluative=-1.0, episode="z"), _turn(2, "r", evaluative=1.0, outcome=1.0, episode="z")]
+    other = [_turn(1, "r", evaluative=-1.0, episode="w"), _turn(2, "r", evaluative=1.0, outcome=1.0, episode="w")]
+    other[1].action_text = "something else"
+    by = {(s.turn.episode_id, s.turn.step_index): s.advantages[0] for s in asyncio.run(p.group([retried, other]))}
+    assert by == pytest.approx({("z", 2): -1.0, ("w", 2): 1.0}, abs=1e-5)  # step 1: a constant bucket
+    assert retried[1].info["degenerate"] == "repeated_failure" and "degenerate" not in other[1].info
     p.log.log.close()
     logged = [(r.get("degenerate"), r.get("penalised", False)) for r in read_logs(tmp_path / "penalise" / "logs")]
     assert logged[:3] == [("cut_off", True), ("repetitive", True), (None, False)]

@@ -116,9 +116,9 @@ class TrainingConfig:
     micro-batches within it (the same loss and gradients); None: a quarter of this machine's memory over a token's
     cost for the model."""
     degenerate: Literal["penalise", "drop", "keep"] = "penalise"
-    """A turn cut off at the token limit or repetitive (over half its token 4-grams repeated): penalise trains it
-    with -1 in place of the judge's score (its hint still teaches), drop masks it, keep trusts the judge as for any
-    other turn."""
+    """What becomes of a degenerate turn (cut off at the token limit; repetitive, over half its token 4-grams
+    repeated; for general agents, an action that failed earlier in its episode, taken again): penalise trains it
+    with a score of -1 in place of the judge's (its hint still teaches), drop masks it, keep trusts the judge."""
     in_flight_batches: int = 1
     """Turns generated but not yet trained, in batches of samples_per_step."""
     group_size: int | None = None

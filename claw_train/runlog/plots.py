@@ -82,7 +82,7 @@ def summary_table(summary: Mapping[str, Any], title: str = "claw-train") -> Tabl
     masked = summary.get("masked", {})
     table.add_row("turns masked", ", ".join(f"{k} {v}" for k, v in sorted(masked.items())) or "0")
     if degenerate := summary.get("degenerate"):
-        table.add_row("degenerate turns (never judged)", ", ".join(f"{k} {v}" for k, v in sorted(degenerate.items())))
+        table.add_row("degenerate turns", ", ".join(f"{k} {v}" for k, v in sorted(degenerate.items())))
     if summary.get("mean_judge_score") is not None:
         positive = summary.get("judge_positive_rate")
         share = f"  ({positive:.0%} scored +1)" if positive is not None else ""

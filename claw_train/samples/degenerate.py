@@ -1,4 +1,5 @@
-"""Turns whose judge score is not trusted: cut off at the token limit, or repetitive.
+"""Turns whose judge score is not trusted: cut off at the token limit, repetitive, or (general agents) an action
+repeated after it failed in the same episode.
 
 An independent reproduction of the reference system collapsed when its judge rewarded repeated actions and batches
 filled with short, looping replies. A degenerate turn's judge score is therefore never trusted; what becomes of it is
@@ -35,11 +36,25 @@ def repeated_share(ids: Sequence[int], n: int = NGRAM) -> float:
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
+def mark_repeated_failures(episode: Sequence[TurnRecord]) -> None:
+    """Tag each turn of ``episode`` whose action (whitespace aside) repeats one an earlier turn took and the
+    environment scored below 0 (``info["repeats_failure"]``)."""
+    failed: set[str] = set()
+    for turn in episode:
+        action = " ".join(turn.action_text.split())
+        if action in failed:
+            turn.info["repeats_failure"] = True
+        if turn.next_state is not None and turn.next_state.evaluative.score < 0:
+            failed.add(action)
+
+
 def degenerate(turn: TurnRecord) -> str | None:
     """``"cut_off"`` (the generation hit its token limit), ``"repetitive"`` (over :data:`REPEATED_SHARE` of its
-    n-grams repeated), or ``None``."""
+    n-grams repeated), ``"repeated_failure"`` (tagged by :func:`mark_repeated_failures`), or ``None``."""
     if turn.finish_reason == "length":
         return "cut_off"
+    if turn.info.get("repeats_failure"):
+        return "repeated_failure"
     ids = turn.completion_ids
     if len(ids) - NGRAM + 1 >= MIN_NGRAMS and repeated_share(ids) > REPEATED_SHARE:
         return "repetitive"

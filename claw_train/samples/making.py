@@ -22,7 +22,7 @@ from claw_train.advantages import MethodSettings, StepReward, group_scores
 from claw_train.policy.base import Policy, PolicyError
 from claw_train.runlog.decisions import Decision, DecisionLog
 from claw_train.runlog.metrics import Stats
-from claw_train.samples.degenerate import PENALTY, Handling, degenerate
+from claw_train.samples.degenerate import PENALTY, Handling, degenerate, mark_repeated_failures
 from claw_train.samples.records import TrainSample, TurnRecord
 from judges.base import Judge, Judgement
 
@@ -91,7 +91,10 @@ class SampleMaker:
         return await self._decide([judged], [judged.score])
 
     async def group(self, episodes: Sequence[Sequence[TurnRecord]]) -> list[TrainSample]:
-        """General agents: the episodes of one task group; ``r = outcome + c·prm`` normalised by step index."""
+        """General agents: the episodes of one task group; ``r = outcome + c·prm`` normalised by step index (an action
+        repeated after it failed is degenerate, :func:`~claw_train.samples.degenerate.mark_repeated_failures`)."""
+        for episode in episodes:
+            mark_repeated_failures(episode)
         judged = await self._judge([t for ep in episodes for t in ep], scored=True)
         outcomes = [_outcome(ep) for ep in episodes for _ in ep]
         steps = [
