@@ -32,6 +32,8 @@ from pathlib import Path
 
 import record
 
+from claw_train.runlog.logs import read_logs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,16 +50,14 @@ def makefile_command(target: str) -> list[str]:
 def decisions_by_version(logs: Path) -> dict[str, dict[str, int]]:
     """Per policy version: ``turns``, ``accepted``, ``masked:<reason>`` and ``degenerate:<kind>`` counts."""
     out: dict[str, Counter[str]] = {}
-    for path in sorted(logs.glob("v*.jsonl")):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            if row.get("kind") != "turn":
-                continue
-            counts = out.setdefault(str(row["version"]), Counter())
-            counts["turns"] += 1
-            counts["accepted" if row["decision"] == "accepted" else f"masked:{row['reason']}"] += 1
-            if row.get("degenerate"):
-                counts[f"degenerate:{row['degenerate']}"] += 1
+    for row in read_logs(logs):
+        if row.get("kind") != "turn":
+            continue
+        counts = out.setdefault(str(row["version"]), Counter())
+        counts["turns"] += 1
+        counts["accepted" if row["decision"] == "accepted" else f"masked:{row['reason']}"] += 1
+        if row.get("degenerate"):
+            counts[f"degenerate:{row['degenerate']}"] += 1
     return {v: dict(c) for v, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
 
 
@@ -65,11 +65,9 @@ def reply_metrics(logs: Path) -> dict[str, dict[str, float]]:
     """Per update: ``tokens``, ``repetition`` and ``nll`` of the trained replies, as the trainer logged them."""
     names = {"tokens": "claw/reply_tokens_mean", "repetition": "claw/repetition", "nll": "claw/behaviour_nll"}
     out: dict[int, dict[str, float]] = {}
-    for path in sorted(logs.glob("v*.jsonl")):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            if row.get("kind") == "metrics" and names["tokens"] in row.get("metrics", {}):
-                out[int(row["update"])] = {k: round(float(row["metrics"][v]), 4) for k, v in names.items()}
+    for row in read_logs(logs):
+        if row.get("kind") == "metrics" and names["tokens"] in row.get("metrics", {}):
+            out[int(row["update"])] = {k: round(float(row["metrics"][v]), 4) for k, v in names.items()}
     return {str(u): out[u] for u in sorted(out)}
 
 
