@@ -12,6 +12,10 @@ Writes ``bench/results/<target>[-cold].json`` (``--name``, ``--results``): ``sec
 ``turns`` and ``cut_off`` sum them over the ``first4`` and the ``last4`` versions; ``replies``: per update, the
 trained replies' mean length in tokens, repetition and behaviour NLL (the trainer's ``claw/`` metrics).
 ``--with`` appends options to the command (a setting measured on and off: ``--with "--degenerate drop"``).
+``update_seconds``: each update's seconds as the run logged them, and their median. ``--workload MODEL`` times, in
+the same run before the command, a fixed bare-transformers workload on ``MODEL`` (``model.generate`` of 8 × 96
+sampled tokens at batch 8, then one LoRA forward + backward over 8 × 256 tokens) and writes ``workload_seconds`` and
+``update_over_workload`` (the median update over it: a machine-independent speed of an update).
 
 Run: ``.venv/bin/python bench/demo.py [--target demo|demo-real] [--cold] [--with OPTIONS]``
 """
@@ -23,6 +27,7 @@ import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,6 +76,39 @@ def reply_metrics(logs: Path) -> dict[str, dict[str, float]]:
     return {str(u): out[u] for u in sorted(out)}
 
 
+def update_seconds(logs: Path) -> list[float]:
+    """Each optimizer update's seconds, in update order, as the trainer logged them."""
+    rows = [r for r in read_logs(logs) if r.get("kind") == "update" and "update_seconds" in r]
+    return [r["update_seconds"] for r in sorted(rows, key=lambda r: r["update"])]
+
+
+def workload(model: str) -> float:
+    """Seconds of the fixed bare workload on ``model``: ``model.generate`` of 8 x 96 sampled tokens at batch 8, then
+    one LoRA forward + backward over 8 x 256 tokens."""
+    import real_model
+    import torch
+
+    from claw_train.policy.hf import from_pretrained_merged, load_tokenizer
+    from claw_train.policy.loader import resolve_model
+
+    path = Path(resolve_model(model, progress=True))
+    tokenizer = load_tokenizer(str(path))
+    batch = real_model.prompts(tokenizer, 8)
+    plain = from_pretrained_merged(str(path)).eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    width = max(map(len, batch))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
+    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in batch])[:, None]).long()
+    lora = real_model.lora_model(path).train()
+    rows = torch.randint(0, plain.config.vocab_size, (8, 256), generator=torch.Generator().manual_seed(0))
+    started = time.monotonic()
+    with torch.no_grad():
+        plain.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=0.6, max_new_tokens=96,
+                       min_new_tokens=96, pad_token_id=pad)  # fmt: skip
+    lora(input_ids=rows, labels=rows).loss.backward()
+    return time.monotonic() - started
+
+
 def ends(decisions: dict[str, dict[str, int]], names: dict[str, str]) -> dict[str, dict[str, int]]:
     """Each named count summed over the first four and the last four versions (``first4``, ``last4``)."""
     versions = list(decisions.values())
@@ -85,9 +123,11 @@ def main() -> None:
     parser.add_argument("--target", default="demo", choices=["demo", "demo-real"])
     parser.add_argument("--cold", action="store_true", help="an empty tiny-model cache: the first run's time")
     parser.add_argument("--with", dest="extra", default="", help="options appended to the Makefile's command")
+    parser.add_argument("--workload", metavar="MODEL", help="time the fixed bare workload on MODEL first (smollm2)")
     record.options(parser, None)
     args = parser.parse_args()
     argv = makefile_command(args.target) + shlex.split(args.extra)
+    bare = workload(args.workload) if args.workload else None
     with tempfile.TemporaryDirectory(prefix="claw-bench-demo-") as tmp:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         if args.cold:
@@ -100,6 +140,7 @@ def main() -> None:
         summary = json.loads((out / "summary.json").read_text())
         decisions = decisions_by_version(out / "logs")
         replies = reply_metrics(out / "logs")
+        updates = update_seconds(out / "logs")
     evals = summary["evals"]
     values = {
         "target": args.target,
@@ -115,7 +156,10 @@ def main() -> None:
         "decisions": decisions,
         "replies": replies,
         **ends(decisions, {"turns": "turns", "cut_off": "degenerate:cut_off"}),
+        "update_seconds": {"each": updates, "median": statistics.median(updates) if updates else None},
     }
+    if bare is not None and updates:
+        values |= {"workload_seconds": round(bare, 2), "update_over_workload": statistics.median(updates) / bare}
     record.write(args.name or f"{args.target}{'-cold' if args.cold else ''}", values, folder=args.results)
 
 

@@ -317,3 +317,99 @@ def test_the_worker_leaves_the_cores_to_a_training_step_and_takes_them_back(poli
     assert seen == [3, 1, 3]
     monkeypatch.delenv("CLAW_POLICY_THREADS")
     assert policy.worker_threads() == (os.cpu_count() or 1)  # unset: every core
+
+
+def recording_rows(policy: InProcessPolicy) -> list[int]:
+    """Record the rows of every forward the serving model runs (prefills and decode steps)."""
+    rows: list[int] = []
+    record = lambda module, args, kwargs: rows.append(kwargs["input_ids"].shape[0])  # noqa: E731
+    policy._active.register_forward_pre_hook(record, with_kwargs=True)  # a published copy keeps it
+    return rows
+
+
+async def until(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+async def test_a_request_joins_the_running_batch_and_leaves_it_when_it_ends(policy):
+    long_sampling = SamplingParams(max_new_tokens=64, temperature=1.0, seed=1)
+    alone = await policy.generate(CHAT, long_sampling)
+    rows = recording_rows(policy)
+    long = asyncio.create_task(policy.generate(CHAT, long_sampling))
+    await until(lambda: len(rows) >= 4)  # the long reply is decoding
+    short = await policy.generate([5, 6, 7, 8, 9], SamplingParams(max_new_tokens=3, temperature=1.0, seed=2))
+    assert not long.done(), "the short request waited for the long one's batch to end"
+    done = await long
+    joined = rows.index(2)  # the first decode step with both rows, after the short one's own prefill
+    assert rows[:joined].count(1) >= 5 and rows[joined - 1] == 1
+    assert rows[joined : joined + 2] == [2, 2] and set(rows[joined + 2 :]) == {1}  # it left after its 3 tokens
+    assert len(short.token_ids) == 3 and len(done.token_ids) == 64
+    assert done.token_ids == alone.token_ids  # a seeded row samples the same tokens whoever shares its batch
+    for comp in (short, done):
+        prefill = await policy.logprobs(comp.prompt_ids, comp.token_ids, temperature=1.0)
+        assert max(abs(a - b) for a, b in zip(prefill, comp.logprobs, strict=True)) < 1e-4
+
+
+async def test_a_published_version_goes_live_when_the_running_batch_has_ended(policy):
+    rows = recording_rows(policy)
+    long = asyncio.create_task(policy.generate(CHAT, SamplingParams(max_new_tokens=48, temperature=1.0, seed=1)))
+    await until(lambda: len(rows) >= 4)
+    new = perturbed({k: v.clone() for k, v in policy._active.state_dict().items()}, 1)
+    policy.publish(new, 1)
+    short = asyncio.create_task(policy.generate([5, 6, 7], SamplingParams(max_new_tokens=3, seed=2)))
+    first = (await asyncio.wait({long, short}, return_when=asyncio.FIRST_COMPLETED))[0]
+    assert first == {long}  # no row joins the old version's batch once a new version is staged
+    assert (long.result().policy_version, (await short).policy_version) == (0, 1)
+    assert max(rows[rows.index(1, 4) :]) == 1
+
+
+async def test_the_kv_cache_budget_bounds_the_running_batch(tiny_path):
+    probe = InProcessPolicy(tiny_path, max_batch=1)
+    ids = probe.prompt_ids(CHAT)
+    per_row = probe.kv_bytes * (len(ids) + 16)
+    probe.close()
+    assert per_row > 0
+    policy = InProcessPolicy(tiny_path, max_batch=8, kv_cache_mb=2.5 * per_row / 2**20)  # room for two rows
+    try:
+        rows = recording_rows(policy)
+        sampling = SamplingParams(max_new_tokens=16, temperature=1.0)
+        comps = await asyncio.gather(*(policy.generate(ids, sampling) for _ in range(6)))
+        assert [len(c.token_ids) for c in comps] == [16] * 6
+        assert max(rows) == 2
+    finally:
+        policy.close()
+    with pytest.raises(ValueError, match="kv_cache_mb"):
+        InProcessPolicy(tiny_path, kv_cache_mb=0)
+
+
+async def test_a_bfloat16_serving_copy_records_what_it_sampled(tiny_path, monkeypatch):
+    import claw_train.policy.loader as loader
+
+    monkeypatch.setattr(loader, "native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="no native bf16"):
+        policy = load_policy(str(tiny_path), dtype="bfloat16")
+    try:
+        assert next(policy._active.parameters()).dtype == torch.bfloat16
+        comp = await policy.generate(CHAT, SamplingParams(max_new_tokens=12, temperature=1.0, seed=3))
+        prefill = await policy.logprobs(comp.prompt_ids, comp.token_ids, temperature=1.0)
+        assert len(comp.logprobs) == 12 and all(lp <= 0 for lp in comp.logprobs)
+        assert max(abs(a - b) for a, b in zip(prefill, comp.logprobs, strict=True)) < 0.1  # bf16 rounding only
+    finally:
+        policy.close()
+    with pytest.raises(PolicyError, match="float32 or bfloat16"):
+        load_policy(str(tiny_path), dtype="float16")
+
+
+async def test_a_cache_that_cannot_be_merged_runs_each_batch_to_its_end(policy, monkeypatch):
+    import claw_train.policy.decode as decode
+
+    monkeypatch.setattr(decode, "mergeable", lambda cache: False)  # as a model with sliding windows or recurrent state
+    rows = recording_rows(policy)
+    long = asyncio.create_task(policy.generate(CHAT, SamplingParams(max_new_tokens=32, temperature=1.0, seed=1)))
+    await until(lambda: len(rows) >= 4)
+    short = await policy.generate([5, 6, 7], SamplingParams(max_new_tokens=3, temperature=1.0, seed=2))
+    assert long.done() and len(long.result().token_ids) == 32 and len(short.token_ids) == 3
+    assert max(rows) == 1  # the short request waited for the long one's batch to end

@@ -170,7 +170,8 @@ def _policy(args: EvalArgs, spec: Any, ext: Any, tasks: Any) -> Any:
             )
         from claw_train.policy.loader import load_policy
 
-        return load_policy(model=args.run.model, policy=policy, family=spec.name, warm_start=args.run.warm_start)
+        how = {"dtype": args.run.serve_dtype} if policy == "inprocess" else {}
+        return load_policy(model=args.run.model, policy=policy, family=spec.name, warm_start=args.run.warm_start, **how)
     except (PolicyError, ValueError) as err:
         raise ConfigError(f"--policy {policy}: {err}") from None
 

@@ -226,6 +226,8 @@ class Pipeline:
             self._model_path = await asyncio.to_thread(resolve_model, cfg.model, **how)
         model = self._model_path if cfg.policy == "inprocess" else cfg.model
         how = {"family": self.spec.name, "progress": False, "retries": self.training.policy_retries}
+        if cfg.policy == "inprocess":
+            how["dtype"] = cfg.serve_dtype
         policy = GuardedPolicy(self._given_policy or await asyncio.to_thread(load_policy, model, cfg.policy, **how))
         closing.push_async_callback(close_part, policy.inner)
         try:

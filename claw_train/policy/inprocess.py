@@ -1,11 +1,13 @@
 """``inprocess``: transformers generation on a serving copy of the weights in a background worker.
 
-One worker thread owns the serving model. Requests queue up; the worker takes up to ``max_batch`` of
-them at a time and runs one left-padded batch with a hand-written sampling loop that records, for
-every sampled token, its log-prob under the temperature-scaled distribution (what TRL computes when
-its ``temperature`` equals the sampler's). ``publish`` loads new weights into a standby copy in the
-caller's thread; the worker swaps standby and serving copies *between* batches, so no request fails
-or waits for training, and every completion carries the version that produced all of its tokens.
+One worker thread owns the serving model and decodes a running batch (:mod:`claw_train.policy.decode`): a queued
+request joins it after its prefill, between two decode steps, while the batch has fewer than ``max_batch`` rows and
+its KV cache stays within ``kv_cache_mb``; a finished request leaves it at once. One sampling pass per step records,
+for every sampled token, its log-prob under the temperature-scaled distribution (what TRL computes when its
+``temperature`` equals the sampler's). ``publish`` loads new weights into a standby copy in the caller's thread;
+once a version is staged no request joins, and the worker swaps standby and serving copies when the running batch
+has ended, so no request fails or waits for training, and every completion carries the version that produced all of
+its tokens.
 A weight file that cannot be read, or that does not match the model, raises ``PolicyError`` to the
 publisher only; the old weights keep serving. ``stream`` yields each token's text as the worker samples it.
 """
@@ -13,6 +15,7 @@ publisher only; the old weights keep serving. ``stream`` yields each token's tex
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import copy
 import functools
@@ -25,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from claw_train.policy.base import Completion, Message, Policy, PolicyError, SamplingParams
+from claw_train.policy.decode import DecodeBatch, Row, cache_of
 from claw_train.policy.hf import load_causal_lm, load_into, load_tokenizer, read_weights
 from claw_train.policy.render import render_prompt
-from claw_train.policy.sampling import check_sampling, row_generator, sample_token
+from claw_train.policy.sampling import check_sampling, row_generator
 from claw_train.policy.streaming import OnToken, TextStream, stream_tokens
 
 
@@ -74,6 +78,9 @@ class InProcessPolicy(Policy):
     ``threads`` is the worker's intra-op thread count on CPU (torch sets it per thread) while a trainer in this
     process is inside an optimizer step (:meth:`set_training`): 1 by default, because oversubscribed cores slow both
     down a lot; the rest of the time (no trainer, or one waiting for samples) the worker uses :func:`idle_threads`.
+    ``kv_cache_mb`` caps the running batch's KV cache (every row counted as wide as the widest prompt plus token
+    budget; a request alone always runs); None: :func:`kv_cache_budget`. ``continuous=False`` lets no request join a
+    running batch until it has ended (what ``bench/real_model.py`` measures continuous batching against).
     """
 
     def __init__(
@@ -81,15 +88,19 @@ class InProcessPolicy(Policy):
         model_path: str | os.PathLike[str],
         *,
         device: str = "cpu",
-        max_batch: int = 8,
+        max_batch: int = 32,
         dtype: Any = None,
         version: int = 0,
         threads: int | None = 1,
+        kv_cache_mb: float | None = None,
+        continuous: bool = True,
     ):
         import torch
 
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if kv_cache_mb is not None and kv_cache_mb <= 0:
+            raise ValueError(f"kv_cache_mb must be > 0, got {kv_cache_mb}")
         self.model_path = str(model_path)
         self.device = torch.device(device)
         self.dtype = dtype or torch.float32
@@ -110,6 +121,9 @@ class InProcessPolicy(Policy):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.vocab_size = int(self._active.get_input_embeddings().weight.shape[0])
         self.max_positions = int(getattr(self._active.config, "max_position_embeddings", 1 << 30))
+        self.continuous = continuous
+        self.kv_bytes = kv_bytes_per_token(self._active)
+        self.kv_budget = int(kv_cache_mb * 2**20) if kv_cache_mb else kv_cache_budget()
         forward_params = inspect.signature(self._active.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_params else "past_key_values"
         self._closed = False
@@ -246,36 +260,99 @@ class InProcessPolicy(Policy):
     def _serve(self) -> None:
         import torch
 
+        running, waiting = DecodeBatch(), collections.deque()
         current = None
-        stop = False
-        while not stop:
-            item = self._requests.get()
-            batch = []
-            while True:
-                if item is _STOP:
-                    stop = True
-                elif item is not _WAKE and item.future.set_running_or_notify_cancel():
-                    batch.append(item)
-                if stop or len(batch) >= self.max_batch:
-                    break
-                try:
-                    item = self._requests.get_nowait()
-                except queue.Empty:
-                    break
-            self._swap_if_staged()
-            if not batch:
-                continue
+        while True:
+            prefills: list[_Prefill] = []
+            if self._take(waiting, prefills, block=not running and not waiting):
+                break
+            if not running:
+                self._swap_if_staged()
             if (want := self.worker_threads()) and want != current:
                 torch.set_num_threads(want)  # per thread: a trainer thread keeps its own setting
                 current = want
+            joining: list[Row] = []
             try:
                 with torch.inference_mode():
-                    self._run(batch)
+                    for req, lps in zip(prefills, self._prefill(prefills) if prefills else [], strict=True):
+                        req.future.set_result(lps)
+                    joining = self._admit(running, waiting)
+                    if running:
+                        self._step(running)
             except Exception as err:  # one bad batch must not kill serving
-                for req in batch:
+                failed = PolicyError(f"generation failed: {type(err).__name__}: {err}")
+                for req in [*prefills, *(r.request for r in [*running.rows, *joining])]:
                     if not req.future.done():
-                        req.future.set_exception(PolicyError(f"generation failed: {type(err).__name__}: {err}"))
+                        req.future.set_exception(failed)
+                running = DecodeBatch()
+        for row in running.rows:
+            row.request.future.set_exception(PolicyError("policy is closed"))
+        for req in waiting:
+            req.future.set_exception(PolicyError("policy is closed"))
         self._fail_pending()
+
+    def _take(self, waiting: collections.deque, prefills: list[_Prefill], *, block: bool) -> bool:
+        """Move every queued request to ``waiting`` (generations) or ``prefills``, waiting for one if ``block``;
+        True when the policy is closing."""
+        while True:
+            try:
+                item = self._requests.get() if block else self._requests.get_nowait()
+            except queue.Empty:
+                return False
+            block = False
+            if item is _STOP:
+                return True
+            if item is not _WAKE and item.future.set_running_or_notify_cancel():
+                (prefills if isinstance(item, _Prefill) else waiting).append(item)
+
+    def _admit(self, running: DecodeBatch, waiting: collections.deque) -> list[Row]:
+        """Prefill waiting requests into ``running`` while it has room (``max_batch`` rows, the KV-cache budget);
+        none while a published version waits for the batch to end (a reply is written by one version)."""
+        joining: list[Row] = []
+        if running and (self._staged_version is not None or not self.continuous or not running.can_join()):
+            return joining
+        footprint = max((r.footprint for r in running.rows), default=0)
+        while waiting and len(running) + len(joining) < self.max_batch:
+            req = waiting[0]
+            budget = min(req.sampling.max_new_tokens, self.max_positions - len(req.prompt_ids))
+            if budget <= 0:
+                waiting.popleft()
+                req.future.set_result(self._completion(Row(req, 0, None, self._serving_version)))
+                continue
+            row = Row(req, budget, row_generator(req.sampling.seed, self._rng), self._serving_version)
+            wider = max(footprint, row.footprint)
+            if (running or joining) and (len(running) + len(joining) + 1) * wider * self.kv_bytes > self.kv_budget:
+                break
+            footprint = wider
+            joining.append(row)
+            waiting.popleft()
+        if joining:
+            logits, (cache, mask, last) = self._forward([r.request.prompt_ids for r in joining], keep=1)
+            running.join(joining, logits[:, -1], cache, mask, last)
+        return joining
+
+    def _step(self, running: DecodeBatch) -> None:
+        """Sample every running row's next token, hand back the rows that ended, advance the rest one token."""
+        ended = running.sample(self._row_stops, set(self.eos_ids))
+        for row in ended:
+            row.request.future.set_result(self._completion(row))
+        running.leave(ended)
+        if running:
+            running.advance(self._active, self._cache_arg, self.device)
+
+    def _row_stops(self, row: Row) -> bool:
+        stops = row.request.sampling.stop
+        return bool(stops) and self._hits_stop(row.token_ids, stops)
+
+    def _completion(self, row: Row) -> Completion:
+        return Completion(
+            text=self._text(row.token_ids),
+            token_ids=row.token_ids,
+            logprobs=row.logprobs,
+            finish_reason=row.finish,
+            policy_version=row.version,
+            prompt_ids=list(row.request.prompt_ids),
+        )
 
     def _fail_pending(self) -> None:
         while True:
@@ -296,17 +373,6 @@ class InProcessPolicy(Policy):
                 self._staged_version = None
         finally:
             self._stage_lock.release()
-
-    def _run(self, batch: list[_Generate | _Prefill]) -> None:
-        version = self._serving_version
-        prefills = [r for r in batch if isinstance(r, _Prefill)]
-        gens = [r for r in batch if isinstance(r, _Generate)]
-        if prefills:
-            for req, lps in zip(prefills, self._prefill(prefills), strict=True):
-                req.future.set_result(lps)
-        if gens:
-            for req, comp in zip(gens, self._generate(gens, version), strict=True):
-                req.future.set_result(comp)
 
     def _forward(self, seqs: list[list[int]], keep: int) -> tuple[Any, Any]:
         """Left-padded forward pass over ``seqs``; returns logits of the last ``keep`` positions and the cache.
@@ -333,7 +399,7 @@ class InProcessPolicy(Policy):
         out = self._active(
             input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=keep
         )
-        return out.logits.float(), (_cache_of(out), mask, positions[:, -1])
+        return out.logits.float(), (cache_of(out), mask, positions[:, -1])
 
     def _prefill(self, reqs: list[_Prefill]) -> list[list[float]]:
         import torch
@@ -351,59 +417,6 @@ class InProcessPolicy(Policy):
             results.append(lps.tolist())
         return results
 
-    def _generate(self, reqs: list[_Generate], version: int) -> list[Completion]:
-        import torch
-
-        n = len(reqs)
-        budgets = [min(r.sampling.max_new_tokens, self.max_positions - len(r.prompt_ids)) for r in reqs]
-        gens = [row_generator(r.sampling.seed, self._rng) for r in reqs]
-        out_ids: list[list[int]] = [[] for _ in reqs]
-        out_lps: list[list[float]] = [[] for _ in reqs]
-        finish = ["length"] * n
-        done = [b <= 0 for b in budgets]
-        logits, (cache, mask, last_pos) = self._forward([r.prompt_ids for r in reqs], keep=1)
-        logits = logits[:, -1]
-        eos = set(self.eos_ids)
-        for _ in range(max(budgets, default=0)):
-            next_ids = []
-            for i, r in enumerate(reqs):
-                if done[i]:
-                    next_ids.append(self.pad_id)
-                    continue
-                tok, lp = sample_token(logits[i], r.sampling, gens[i])
-                out_ids[i].append(tok)
-                out_lps[i].append(lp)
-                r.emit(tok)
-                if tok in eos or (r.sampling.stop and self._hits_stop(out_ids[i], r.sampling.stop)):
-                    finish[i], done[i] = "stop", True
-                elif len(out_ids[i]) >= budgets[i]:
-                    done[i] = True
-                next_ids.append(tok)
-            if all(done):
-                break
-            step = torch.tensor(next_ids, dtype=torch.long, device=self.device)[:, None]
-            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=mask.device)], dim=1)
-            last_pos = last_pos + 1
-            out = self._active(
-                input_ids=step,
-                attention_mask=mask,
-                position_ids=last_pos[:, None],
-                use_cache=True,
-                **{self._cache_arg: cache},
-            )
-            cache, logits = _cache_of(out), out.logits[:, -1].float()
-        return [
-            Completion(
-                text=self._text(ids),
-                token_ids=ids,
-                logprobs=lps,
-                finish_reason=finish[i],
-                policy_version=version,
-                prompt_ids=list(reqs[i].prompt_ids),
-            )
-            for i, (ids, lps) in enumerate(zip(out_ids, out_lps, strict=True))
-        ]
-
     def _text(self, ids: list[int]) -> str:
         body = ids[:-1] if ids and ids[-1] in self.eos_ids else ids
         return self.tokenizer.decode(body, skip_special_tokens=False)
@@ -416,9 +429,24 @@ class InProcessPolicy(Policy):
 # -- loading ---------------------------------------------------------------------------------
 
 
-def _cache_of(out: Any) -> Any:
-    """The KV cache of a model output (``cache`` in newer transformers, ``past_key_values`` before)."""
-    return out.cache if "cache" in out else out.past_key_values
+def kv_bytes_per_token(model: Any) -> int:
+    """Bytes of KV cache one position of one row takes (keys and values of every layer); 0 if the config does not
+    say (then no cache budget applies)."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "get_text_config", lambda: config)()
+    layers = getattr(config, "num_hidden_layers", None)
+    heads = getattr(config, "num_attention_heads", None)
+    if not layers or not heads:
+        return 0
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def kv_cache_budget(share: float = 0.125) -> int:
+    """The in-process policy's default KV-cache budget in bytes: ``share`` of this machine's memory."""
+    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return int(pages * size * share)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

@@ -9,6 +9,7 @@ model directory, or a claw-train run folder (its last complete checkpoint). ``po
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,8 @@ def load_policy(
     *,
     family: str | None = None,
     device: str = "cpu",
-    max_batch: int = 8,
+    max_batch: int = 32,
+    dtype: str = "float32",
     api_key: str | None = None,
     progress: bool = True,
     retries: int = 3,
@@ -89,7 +91,7 @@ def load_policy(
         from claw_train.policy.inprocess import InProcessPolicy
 
         path = resolve_model(model, family=family, progress=progress, warm_start=warm_start)
-        return InProcessPolicy(path, device=device, max_batch=max_batch)
+        return InProcessPolicy(path, device=device, max_batch=max_batch, dtype=serving_dtype(dtype, device))
     if policy.startswith("sglang://"):
         from claw_train.policy.sglang import SGLangPolicy
 
@@ -110,6 +112,28 @@ def load_policy(
         name = kwargs.pop("model_name", None) or model
         return OpenAIPolicy(base, name, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), retries=retries, **kwargs)
     raise PolicyError(f"unknown policy {policy!r}; use one of: inprocess, sglang://host:port, openai://host:port")
+
+
+def serving_dtype(name: str, device: str = "cpu") -> Any:
+    """The torch dtype ``name`` (float32 | bfloat16) for a serving copy on ``device``; bfloat16 on a CPU without
+    native bf16 arithmetic (AMX, AVX-512 BF16) is allowed but said once, since it decodes slower there."""
+    import torch
+
+    if name not in ("float32", "bfloat16"):
+        raise PolicyError(f"serving dtype {name!r}: use float32 or bfloat16")
+    if name == "bfloat16" and device == "cpu" and not native_bf16():
+        warnings.warn("this CPU has no native bf16 (AMX or AVX-512 BF16): bfloat16 serving is emulated and slower "
+                      "than float32 here", stacklevel=2)  # fmt: skip
+    return getattr(torch, name)
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (the ``amx_bf16`` or ``avx512_bf16`` flag in /proc/cpuinfo)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def _tokenizer_source(model: str, family: str, progress: bool) -> str:

@@ -1,8 +1,9 @@
-"""Token sampling of the in-process policy: one token and its log-prob from a row's logits (temperature, top-k,
-top-p), per-row seeded generators, and the checks a request's sampling parameters must pass."""
+"""Token sampling of the in-process policy: a token and its log-prob for every row of a batch at once (temperature,
+top-k, top-p per row), per-row seeded generators, and the checks a request's sampling parameters must pass."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from claw_train.policy.base import PolicyError, SamplingParams
@@ -19,28 +20,44 @@ def row_generator(seed: int | None, shared: Any) -> Any:
     return g
 
 
-def sample_token(logits: Any, sampling: SamplingParams, generator: Any) -> tuple[int, float]:
-    """One token from ``logits`` (1-D) and its log-prob under the temperature-scaled, unfiltered distribution."""
+def sample_rows(
+    logits: Any, samplings: Sequence[SamplingParams], generators: Sequence[Any]
+) -> tuple[list[int], list[float]]:
+    """A token for each row of ``logits`` (``(n, vocab)``) and its log-prob under the row's temperature-scaled,
+    unfiltered distribution; a temperature of 0 takes the most likely token (its log-prob unscaled).
+
+    One pass over the batch: top-k and top-p filter each row by its own values, and each row draws one uniform
+    number from its own generator and inverts its distribution's cumulative sum (so a seeded row samples the same
+    tokens whatever rows share its batch).
+    """
     import torch
 
-    if sampling.temperature <= 0:
-        tok = int(torch.argmax(logits))
-        return tok, float(torch.log_softmax(logits, dim=-1)[tok])
-    scaled = logits / sampling.temperature
+    vocab = logits.shape[-1]
+    temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in samplings], device=logits.device)
+    scaled = logits / temps[:, None]
     logp = torch.log_softmax(scaled, dim=-1)
-    filtered = scaled.clone()
-    if 0 < sampling.top_k < filtered.numel():
-        kth = torch.topk(filtered, sampling.top_k).values[-1]
-        filtered[filtered < kth] = float("-inf")
-    if sampling.top_p < 1.0:
-        order = torch.argsort(filtered, descending=True)
-        probs = torch.softmax(filtered[order], dim=-1)
-        cum = torch.cumsum(probs, dim=-1)
-        drop = cum - probs >= sampling.top_p  # keep the smallest prefix whose mass reaches top_p
-        filtered[order[drop]] = float("-inf")
-    probs = torch.softmax(filtered, dim=-1).cpu()
-    tok = int(torch.multinomial(probs, 1, generator=generator))
-    return tok, float(logp[tok])
+    filtered = scaled
+    ks = [s.top_k if 0 < s.top_k < vocab else 0 for s in samplings]
+    if any(ks):
+        filtered = filtered.clone()
+        kth = torch.topk(filtered, max(ks), dim=-1).values
+        for row, k in enumerate(ks):
+            if k:
+                filtered[row][filtered[row] < kth[row, k - 1]] = float("-inf")
+    tops = torch.tensor([s.top_p for s in samplings], device=logits.device)
+    if bool((tops < 1.0).any()):
+        ordered, order = torch.sort(filtered, dim=-1, descending=True)
+        probs = torch.softmax(ordered, dim=-1)
+        drop = (probs.cumsum(-1) - probs) >= tops[:, None]  # keep the smallest prefix whose mass reaches top_p
+        filtered = filtered.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
+    cdf = torch.softmax(filtered, dim=-1).double().cumsum(-1)
+    draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators]).to(cdf.device)
+    tokens = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True).squeeze(-1).clamp(max=vocab - 1)
+    greedy = torch.tensor([s.temperature <= 0 for s in samplings], device=logits.device)
+    if bool(greedy.any()):
+        tokens = torch.where(greedy, logits.argmax(-1), tokens)
+    picked = logp.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens.tolist(), picked.tolist()
 
 
 def check_sampling(s: SamplingParams) -> None:
