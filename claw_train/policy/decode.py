@@ -10,6 +10,7 @@ recurrent state) cannot be merged: such a batch takes no new rows until it has e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,11 +35,18 @@ class Row:
         """Cache positions this row may need: its prompt and its whole token budget."""
         return len(self.request.prompt_ids) + self.budget
 
+    def stopped(self) -> None:
+        """The row ended at an end-of-turn token or a stop string (not at its budget)."""
+        self.finish = "stop"
+
 
 class DecodeBatch:
     """Rows decoding together: their next-token logits, KV cache, attention mask and last positions."""
 
     def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
         self.rows: list[Row] = []
         self.logits: Any = None  # (rows, vocab): the distribution each row samples its next token from
         self.cache: Any = None
@@ -86,7 +94,7 @@ class DecodeBatch:
             row.logprobs.append(logprob)
             row.request.emit(token)
             if token in eos or is_stop(row):
-                row.finish = "stop"
+                row.stopped()
                 ended.append(row)
             elif len(row.token_ids) >= row.budget:
                 ended.append(row)
@@ -101,7 +109,7 @@ class DecodeBatch:
         gone = {id(r) for r in ended}
         keep = [i for i, r in enumerate(self.rows) if id(r) not in gone]
         if not keep:
-            self.__init__()  # type: ignore[misc]
+            self._empty()
             return
         at = torch.tensor(keep, device=self.mask.device)
         self.rows = [self.rows[i] for i in keep]
@@ -111,7 +119,7 @@ class DecodeBatch:
         if first and mergeable(self.cache):
             self.mask = self.mask[:, first:]
             for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+                _replace(layer, layer.keys[:, :, first:], layer.values[:, :, first:])
 
     def advance(self, model: Any, cache_arg: str, device: Any) -> None:
         """Run the model one step on each row's last sampled token: the next logits and a cache one column wider."""
@@ -150,7 +158,7 @@ def _pad_left(cache: Any, width: int) -> Any:
     for layer in cache.layers:
         extra = width - layer.keys.shape[2]
         if extra:
-            layer.keys, layer.values = F.pad(layer.keys, (0, 0, extra, 0)), F.pad(layer.values, (0, 0, extra, 0))
+            _replace(layer, F.pad(layer.keys, (0, 0, extra, 0)), F.pad(layer.values, (0, 0, extra, 0)))
     return cache
 
 
@@ -164,5 +172,30 @@ def _concat(into: Any, other: Any) -> Any:
     import torch
 
     for mine, theirs in zip(into.layers, other.layers, strict=True):
-        mine.keys, mine.values = torch.cat([mine.keys, theirs.keys]), torch.cat([mine.values, theirs.values])
+        _replace(mine, torch.cat([mine.keys, theirs.keys]), torch.cat([mine.values, theirs.values]))
     return into
+
+
+def _replace(layer: Any, keys: Any, values: Any) -> None:
+    """Give a transformers cache layer new key and value tensors (padded, concatenated or trimmed)."""
+    layer.keys, layer.values = keys, values
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    """Bytes of KV cache one position of one row takes (keys and values of every layer); 0 if the config does not
+    say (then no cache budget applies)."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "get_text_config", lambda: config)()
+    layers = getattr(config, "num_hidden_layers", None)
+    heads = getattr(config, "num_attention_heads", None)
+    if not layers or not heads:
+        return 0
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def kv_cache_budget(share: float = 0.125) -> int:
+    """The in-process policy's default KV-cache budget in bytes: ``share`` of this machine's memory."""
+    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return int(pages * size * share)

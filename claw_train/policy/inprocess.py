@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from claw_train.policy.base import Completion, Message, Policy, PolicyError, SamplingParams
-from claw_train.policy.decode import DecodeBatch, Row, cache_of
+from claw_train.policy.decode import DecodeBatch, Row, cache_of, kv_bytes_per_token, kv_cache_budget
 from claw_train.policy.hf import load_causal_lm, load_into, load_tokenizer, read_weights
 from claw_train.policy.render import render_prompt
 from claw_train.policy.sampling import check_sampling, row_generator
@@ -427,26 +427,6 @@ class InProcessPolicy(Policy):
 
 
 # -- loading ---------------------------------------------------------------------------------
-
-
-def kv_bytes_per_token(model: Any) -> int:
-    """Bytes of KV cache one position of one row takes (keys and values of every layer); 0 if the config does not
-    say (then no cache budget applies)."""
-    config = getattr(model, "config", None)
-    config = getattr(config, "get_text_config", lambda: config)()
-    layers = getattr(config, "num_hidden_layers", None)
-    heads = getattr(config, "num_attention_heads", None)
-    if not layers or not heads:
-        return 0
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 2 * layers * kv_heads * head_dim * next(model.parameters()).element_size()
-
-
-def kv_cache_budget(share: float = 0.125) -> int:
-    """The in-process policy's default KV-cache budget in bytes: ``share`` of this machine's memory."""
-    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    return int(pages * size * share)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

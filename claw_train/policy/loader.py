@@ -115,13 +115,17 @@ def load_policy(
 
 
 def serving_dtype(name: str, device: str = "cpu") -> Any:
-    """The torch dtype ``name`` (float32 | bfloat16) for a serving copy on ``device``; bfloat16 on a CPU without
-    native bf16 arithmetic (AMX, AVX-512 BF16) is allowed but said once, since it decodes slower there."""
+    """The torch dtype of a serving copy on ``device``: float32, bfloat16 (on a CPU without native bf16 arithmetic,
+    AMX or AVX-512 BF16, allowed but said, since it decodes slower there), or auto (bfloat16 on a CPU with native
+    bf16, else float32)."""
     import torch
 
-    if name not in ("float32", "bfloat16"):
-        raise PolicyError(f"serving dtype {name!r}: use float32 or bfloat16")
-    if name == "bfloat16" and device == "cpu" and not native_bf16():
+    if name not in ("float32", "bfloat16", "auto"):
+        raise PolicyError(f"serving dtype {name!r}: use float32, bfloat16 or auto")
+    cpu = device == "cpu"
+    if name == "auto":
+        name = "bfloat16" if cpu and native_bf16() else "float32"
+    elif name == "bfloat16" and cpu and not native_bf16():
         warnings.warn("this CPU has no native bf16 (AMX or AVX-512 BF16): bfloat16 serving is emulated and slower "
                       "than float32 here", stacklevel=2)  # fmt: skip
     return getattr(torch, name)
