@@ -18,7 +18,8 @@ operation and the bound that applies, and each lever of the serving path measure
   batch, cross-entropy on the completion tokens. Bound: 4 FLOPs per parameter per trained token with LoRA (forward,
   and the backward through activations only: the frozen weights get no gradient) at the fp32 matmul rate.
 
-Each figure is measured in this run, at one thread count for both sides (``--threads``, default: all cores).
+Each figure is measured in this run, at one thread count for both sides (``--threads``, default: all cores); claw's
+generation runs in a child process of its own (:func:`measure_levers` says why).
 Prints tables and writes ``bench/results/real-model-throughput.json`` (``--results DIR``, ``--name NAME`` to write
 elsewhere): ``model``, ``parameters``, ``threads``, ``repeats``, ``temperature``, ``machine`` (``matmul_gflop_s``,
 ``matmul_bf16_gflop_s``, ``bandwidth_gb_s``, ``native_bf16``), ``matmul_flops`` and ``matmul_gflop_s`` (fp32),
@@ -37,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import functools
+import multiprocessing
 import os
 import random
 import statistics
@@ -252,17 +255,24 @@ def median_rate(repeats: int, run: Callable[[], tuple[float, int]]) -> float:
 
 
 def measure_levers(
-    path: Path, batch: list[list[int]], args: argparse.Namespace, temperature: float, bound: Callable[..., float]
-) -> tuple[dict[str, dict[str, float]], list[Any], dict[str, float]]:
-    """Each lever's tokens/s and bound (see the module docstring), claw's runs at ``--batch`` rows in float32, and
-    the bf16 copy's log-prob gap at ``--concurrency`` rows."""
+    path: Path, batch: list[list[int]], args: argparse.Namespace, temperature: float
+) -> tuple[dict[str, dict[str, Any]], list[list[int]], dict[str, float]]:
+    """Each lever's tokens/s, rows and dtype (see the module docstring), the token ids claw's first run at ``--batch``
+    rows in float32 generated, and the bf16 copy's log-prob gap at ``--concurrency`` rows.
+
+    Run in a process of its own (:func:`main` spawns one): once a second thread of a process has run torch ops on
+    more than one OpenMP thread, libgomp manages more threads than there are cores and stops spinning between ops,
+    which slows every op of the serving worker by a quarter here. A claw run never does that (its trainer thread
+    computes on one thread); the bench's own matmuls and bare calls in the main thread would.
+    """
     import torch
 
     from claw_train.policy.inprocess import InProcessPolicy
 
+    torch.set_num_threads(args.threads)
     new, many = args.new_tokens, args.concurrency
-    levers: dict[str, dict[str, float]] = {}
-    ours_runs: list[Any] = []
+    levers: dict[str, dict[str, Any]] = {}
+    first: list[list[int]] = []
     gap: dict[str, float] = {}
     for dtype in (torch.float32, torch.bfloat16):
         name = str(dtype).removeprefix("torch.")
@@ -280,29 +290,29 @@ def measure_levers(
             runs: list[Any] = []
             wide = (batch * (rows // len(batch) + 1))[:rows]
             tok_s = median_rate(args.repeats, functools.partial(generated, wide, runs))
-            levers[f"batch_{rows}_{name}"] = {"tok_s": tok_s, "bound_tok_s": bound(rows, dtype)}
+            levers[f"batch_{rows}_{name}"] = {"tok_s": tok_s, "rows": rows, "dtype": name}
             if rows == len(batch) and dtype == torch.float32:
-                ours_runs = runs
+                first = [list(c.token_ids) for c in runs[0][1]]
             if rows == many and dtype == torch.bfloat16:
                 fp32 = InProcessPolicy(path, threads=args.threads)
                 gap = bf16_gap(fp32, runs[0][1], temperature)
                 fp32.close()
         if dtype == torch.float32:
-            levers[f"clients_{many}_joining_{name}"] = {"tok_s": median_rate(args.repeats, served),
-                                                        "bound_tok_s": bound(many)}  # fmt: skip
+            levers[f"clients_{many}_joining_{name}"] = {"tok_s": median_rate(args.repeats, served), "rows": many,
+                                                        "dtype": name}  # fmt: skip
             policy.continuous = False
             levers[f"clients_{many}_batches_to_end_{name}"] = {"tok_s": median_rate(args.repeats, served),
-                                                               "bound_tok_s": bound(many)}  # fmt: skip
+                                                               "rows": many, "dtype": name}  # fmt: skip
             policy.continuous = True
             os.environ["CLAW_POLICY_THREADS"], policy.threads = "1", 1
             wide = (batch * many)[:many]
             levers[f"batch_{many}_{name}_1_thread"] = {
-                "tok_s": median_rate(args.repeats, functools.partial(generated, wide, [])), "bound_tok_s": bound(many),
+                "tok_s": median_rate(args.repeats, functools.partial(generated, wide, [])), "rows": many, "dtype": name,
             }  # fmt: skip
             del os.environ["CLAW_POLICY_THREADS"]
             policy.threads = args.threads
         policy.close()
-    return levers, ours_runs, gap
+    return levers, first, gap
 
 
 def main() -> None:
@@ -338,18 +348,20 @@ def main() -> None:
         element = 2 if bf16 else 4
         return decode_bound(params, rows, rate=rate_bf16 if bf16 else rate, bytes_s=bytes_s, element=element)
 
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as child:  # see measure_levers
+        levers, completions, gap = child.submit(measure_levers, path, batch, args, temperature).result()
     bare_generate(model, tokenizer, batch, 4, temperature)  # warm-up: first-call costs are no one's rate
     bare_rate = median_rate(args.repeats, functools.partial(bare_generate, model, tokenizer, batch, new, temperature))
     del model
-    levers, ours_runs, gap = measure_levers(path, batch, args, temperature, bound)
     for lever in levers.values():
-        lever |= {"over_bare": lever["tok_s"] / bare_rate, "over_bound": lever["tok_s"] / lever["bound_tok_s"]}
+        top = bound(lever["rows"], getattr(torch, lever["dtype"]))
+        lever |= {"bound_tok_s": top, "over_bare": lever["tok_s"] / bare_rate, "over_bound": lever["tok_s"] / top}
     ours_rate = levers[f"batch_{len(batch)}_float32"]["tok_s"]
     chosen = f"clients_{many}_joining_float32"
     pipeline = {"path": chosen, "tok_s": levers[chosen]["tok_s"], "over_bare": levers[chosen]["over_bare"],
                 "over_bound": levers[chosen]["over_bound"]}  # fmt: skip
 
-    completions = [list(c.token_ids) for c in ours_runs[0][1]]
     samples = list(zip(batch, completions, strict=True))
     trained = sum(len(p) + len(c) for p, c in samples)
     lr = settings.optimizer["learning_rate"]
