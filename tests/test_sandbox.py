@@ -592,3 +592,19 @@ def test_docker_without_an_engine_names_the_cause(monkeypatch, tmp_path):
     with pytest.raises(SandboxError, match="ConnectionError") as info:
         make_sandbox("docker", client=client)
     assert "local backend" in str(info.value)
+
+
+def test_a_spawned_process_already_reaped_is_not_signalled_by_its_number(sb, monkeypatch):
+    spawned = sb.spawn(["sh", "-c", "exit 0"])
+    deadline = time.monotonic() + 30
+    while spawned.alive:  # polling reaps it: from here on its pid may be any new process's
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    groups: list[int] = []
+    real_killpg = os.killpg
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: groups.append(pgid) or real_killpg(pgid, sig))
+    spawned.kill()
+    assert spawned.proc.pid not in groups
+    live = sb.spawn(["sleep", "30"])  # one still running is killed by its group, as before
+    live.kill()
+    assert live.proc.pid in groups and live.proc.returncode == -signal.SIGKILL

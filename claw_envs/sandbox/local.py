@@ -436,12 +436,16 @@ class LocalSandbox(Sandbox):
         carrying its marker: without bwrap a daemon that left the group; with it, a child that bwrap, if killed
         while starting up, may not yet have tied to its own death. Stopped first because the cgroup and the marker
         are killed one process at a time and host pids wrap: a child killed before its parent let the parent run
-        its next command (``sleep 5; echo 35.49 > total.txt`` killed at its deadline wrote the file under CI load)."""
+        its next command (``sleep 5; echo 35.49 > total.txt`` killed at its deadline wrote the file under CI load).
+        A process already reaped is not signalled by its number: pids wrap, and a new command may have it (the
+        suspected cause of an unrelated ``touch`` killed with 137 under CI load, after a spawned process had exited
+        and been reaped by ``Spawned.alive`` before its ``kill``)."""
         if cgroup is not None:
             cgroup.stop_all()
         signal_marked(run_id, signal.SIGSTOP)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.returncode is None:  # once reaped, its number may be another process group's (pids wrap)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         if cgroup is not None:
             cgroup.kill_all()
         kill_marked(run_id)
