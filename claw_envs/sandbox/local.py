@@ -437,9 +437,7 @@ class LocalSandbox(Sandbox):
         while starting up, may not yet have tied to its own death. Stopped first because the cgroup and the marker
         are killed one process at a time and host pids wrap: a child killed before its parent let the parent run
         its next command (``sleep 5; echo 35.49 > total.txt`` killed at its deadline wrote the file under CI load).
-        A process already reaped is not signalled by its number: pids wrap, and a new command may have it (the
-        suspected cause of an unrelated ``touch`` killed with 137 under CI load, after a spawned process had exited
-        and been reaped by ``Spawned.alive`` before its ``kill``)."""
+        A process already reaped is not signalled by its number: pids wrap, and a new command may have it."""
         if cgroup is not None:
             cgroup.stop_all()
         signal_marked(run_id, signal.SIGSTOP)
